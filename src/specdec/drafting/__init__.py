@@ -1,0 +1,1 @@
+"""Drafting methods: one module each, behind the Proposer interface of base.py."""

@@ -1,0 +1,67 @@
+"""The one interface every drafting method implements.
+
+A proposer never touches the target's KV cache. Each step it sees the committed tokens plus the pending
+last token, and returns a draft: token ids and, when they were sampled from a distribution, that
+distribution (None means point masses: n-gram continuations, argmax drafts). After verification it is
+told how many of its tokens were accepted, so it can roll back any state of its own.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+import torch
+
+if TYPE_CHECKING:
+    from specdec.models.loading import LoadedModel
+    from specdec.models.runtime import ForwardResult
+    from specdec.sampling_params import SamplingParams
+
+
+@dataclass
+class Draft:
+    tokens: list[int]  # [k] proposed token ids, in order
+    probs: torch.Tensor | None = None  # [k, vocab] distribution each token was sampled from; None = point masses
+    parents: list[int] | None = None  # tree drafts: parent index per token (-1 = root); None = chain
+
+    def __len__(self) -> int:
+        return len(self.tokens)
+
+
+EMPTY_DRAFT = Draft(tokens=[])
+
+
+class Proposer(ABC):
+    """Base class of drafting methods; register subclasses with `@register("name")`."""
+
+    Options: ClassVar[type]  # dataclass of this method's speculative_config keys
+    # residual-stream indices (see ModelRuntime.forward) the proposer wants from every target forward
+    target_layers: tuple[int, ...] = ()
+
+    def __init__(self, options: object, target: LoadedModel) -> None:
+        self.options = options
+        self.target = target
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return int(getattr(self.options, "num_speculative_tokens"))
+
+    def begin(
+        self,
+        prompt: Sequence[int],
+        sampling: SamplingParams,
+        generator: torch.Generator | None,
+        capacity: int,
+        prefill: ForwardResult | None = None,
+    ) -> None:
+        """Starts a request. `prefill` holds the target's prompt forward (hidden states of target_layers)."""
+
+    @abstractmethod
+    def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
+        """Drafts up to `max_tokens` tokens to follow `tokens` (committed tokens plus the pending last one)."""
+
+    def feedback(self, num_accepted: int, verified: ForwardResult | None = None) -> None:
+        """Told after verification how many draft tokens were accepted, with the target's forward."""

@@ -1,0 +1,57 @@
+"""N-gram prompt lookup: continue the most recent earlier occurrence of the context's last n tokens."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.registry import register
+
+
+@dataclass
+class NgramOptions:
+    num_speculative_tokens: int = 5
+    prompt_lookup_min: int = 1
+    prompt_lookup_max: int = 4
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 1 <= self.num_speculative_tokens <= 63:
+            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
+        if self.prompt_lookup_min < 1:
+            out.append(f"prompt_lookup_min must be >= 1, got {self.prompt_lookup_min}")
+        if self.prompt_lookup_max < self.prompt_lookup_min:
+            out.append(
+                f"prompt_lookup_max ({self.prompt_lookup_max}) must be >= prompt_lookup_min ({self.prompt_lookup_min})"
+            )
+        return out
+
+
+def find_continuation(tokens: np.ndarray, ngram_min: int, ngram_max: int, k: int) -> list[int]:
+    """Longest n-gram first (n from ngram_max down to ngram_min): find the latest earlier position where the
+    last n tokens occur, and return up to k tokens that followed it there."""
+    length = len(tokens)
+    for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
+        suffix = tokens[length - n :]
+        # candidate starts s with tokens[s:s+n] == suffix and s + n < length (something follows)
+        windows = np.lib.stride_tricks.sliding_window_view(tokens[: length - 1], n)
+        hits = np.flatnonzero((windows == suffix).all(axis=1))
+        if len(hits):
+            start = int(hits[-1]) + n
+            return tokens[start : start + k].tolist()
+    return []
+
+
+@register("ngram")
+class NgramProposer(Proposer):
+    Options = NgramOptions
+
+    def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
+        k = min(self.options.num_speculative_tokens, max_tokens)
+        if k <= 0:
+            return Draft(tokens=[])
+        ids = np.asarray(tokens, dtype=np.int64)
+        return Draft(tokens=find_continuation(ids, self.options.prompt_lookup_min, self.options.prompt_lookup_max, k))

@@ -1,0 +1,1 @@
+"""The generation loop: propose -> verify -> commit, stop conditions, statistics."""

@@ -1,0 +1,48 @@
+"""Attention masks over the whole KV buffer for a forward of T new tokens (a chain or a draft tree)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+def tree_ancestry(parents: Sequence[int], device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """For tokens in topological order with parent indices (-1 = child of the committed prefix), returns
+    ([T, T] bool, True where column j is row i or one of its ancestors) and ([T] depth, 0 for roots)."""
+    t = len(parents)
+    ancestry = torch.eye(t, dtype=torch.bool)
+    depth = [0] * t
+    for i, p in enumerate(parents):
+        if p >= i or p < -1:
+            raise ValueError(f"parent {p} of node {i} must be -1 or an earlier node")
+        if p >= 0:
+            ancestry[i] |= ancestry[p]
+            depth[i] = depth[p] + 1
+    return ancestry.to(device), torch.tensor(depth, dtype=torch.long, device=device)
+
+
+def chain_parents(num_tokens: int) -> list[int]:
+    return list(range(-1, num_tokens - 1))
+
+
+def build_mask(
+    slot_positions: torch.Tensor,
+    committed: int,
+    ancestry: torch.Tensor,
+    query_positions: torch.Tensor,
+    window: int | None,
+) -> torch.Tensor:
+    """[T, capacity] bool mask, True where a query may attend a slot.
+
+    Committed slots are visible to every query (they precede it); pending slot `committed + j` is visible to
+    query i iff j is i or an ancestor of i; a sliding window additionally hides slots too far behind.
+    """
+    t = ancestry.shape[0]
+    capacity = slot_positions.shape[0]
+    mask = torch.zeros(t, capacity, dtype=torch.bool, device=slot_positions.device)
+    mask[:, :committed] = True
+    mask[:, committed : committed + t] = ancestry
+    if window is not None:
+        mask &= (query_positions[:, None] - slot_positions[None, :]) < window
+    return mask

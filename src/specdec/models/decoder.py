@@ -1,0 +1,268 @@
+"""Our own decoder for the native families (see architecture.py), in plain torch.
+
+It computes exactly what the transformers implementation computes, op for op in the same dtype, but
+over a preallocated KVCache with an explicit mask, with q/k/v and gate/up projections fused, and
+without per-call Python overhead that does not matter for one sequence. Batch size is one; the token
+axis is the leading one ([T, hidden]).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.models.architecture import Architecture
+from specdec.models.kv_cache import KVCache
+
+
+def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
+    """RMSNorm over the last axis, rounding exactly as transformers does for each family.
+
+    `scale` comes from `norm_scale`: (1 + w) in float32 for Gemma, which multiplies before the cast back;
+    w itself for the Llama family, which casts first.
+    """
+    h = x.float()
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    if gemma:
+        return (h * scale).type_as(x)
+    return scale * h.to(x.dtype)
+
+
+def norm_scale(weight: torch.Tensor, gemma: bool) -> torch.Tensor:
+    return (1.0 + weight.float()) if gemma else weight
+
+
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """F.linear whose rows do not depend on how many rows share the call.
+
+    On CPU a single row takes a GEMV path whose bfloat16 results differ (in the last bit, for long
+    reductions) from the GEMM path every multi-row call takes; one row is therefore run as two.
+    """
+    if x.shape[0] == 1:
+        return F.linear(torch.cat((x, x)), weight, bias)[:1]
+    return F.linear(x, weight, bias)
+
+
+def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Batched a @ b with the same one-row precaution as `linear`."""
+    if a.shape[-2] == 1:
+        return torch.matmul(a.expand(*a.shape[:-2], 2, a.shape[-1]), b)[..., :1, :]
+    return torch.matmul(a, b)
+
+
+def attention(
+    q: torch.Tensor,  # [T, heads, head_dim]
+    keys_t: torch.Tensor,  # [kv_heads, head_dim, capacity] (stored transposed)
+    values: torch.Tensor,  # [kv_heads, capacity, head_dim]
+    mask: torch.Tensor,  # [groups * T, capacity] float32, 0 or -inf, rows ordered (group, token)
+    scale: float,
+) -> torch.Tensor:
+    """Masked attention over the whole cache buffer; returns [T, heads * head_dim].
+
+    Query heads that share a KV head are stacked as extra rows, so grouped-query attention needs no
+    copy of the cache. Softmax runs in float32, as in transformers' eager attention.
+    """
+    t, heads, dim = q.shape
+    kv_heads = keys_t.shape[0]
+    groups = heads // kv_heads
+    q = q.view(t, kv_heads, groups, dim).permute(1, 2, 0, 3).reshape(kv_heads, groups * t, dim)
+    scores = matmul(q, keys_t).float().mul_(scale).add_(mask)
+    probs = scores.softmax(dim=-1).to(values.dtype)
+    out = matmul(probs, values)  # [kv_heads, groups * t, dim]
+    return out.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)
+
+
+def rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+@dataclass
+class RopeTable:
+    """cos/sin for positions [0, len) of one rotary configuration, already in the model dtype."""
+
+    inv_freq: torch.Tensor
+    scaling: float
+    cos: torch.Tensor
+    sin: torch.Tensor
+
+    def ensure(self, length: int, dtype: torch.dtype) -> None:
+        if self.cos.shape[0] >= length:
+            return
+        positions = torch.arange(length, device=self.inv_freq.device, dtype=torch.float)
+        freqs = positions[:, None] * self.inv_freq.float()[None, :]
+        emb = torch.cat((freqs, freqs), dim=-1)
+        self.cos = (emb.cos() * self.scaling).to(dtype)
+        self.sin = (emb.sin() * self.scaling).to(dtype)
+
+
+class DecoderLayer(nn.Module):
+    def __init__(self, arch: Architecture, index: int) -> None:
+        super().__init__()
+        a = arch
+        self.arch, self.index, self.window = a, index, a.window(index)
+        q, kv = a.num_heads * a.head_dim, a.num_kv_heads * a.head_dim
+        self.split = (q, kv, kv)
+        self.qkv = nn.Linear(a.hidden_size, q + 2 * kv, bias=a.qkv_bias)
+        self.o = nn.Linear(q, a.hidden_size, bias=a.o_bias)
+        self.gate_up = nn.Linear(a.hidden_size, 2 * a.intermediate_size, bias=a.mlp_bias)
+        self.down = nn.Linear(a.intermediate_size, a.hidden_size, bias=a.mlp_bias)
+        self.input_norm = nn.Parameter(torch.zeros(a.hidden_size))
+        self.post_attn_norm = nn.Parameter(torch.zeros(a.hidden_size))  # pre-MLP norm in Llama naming
+        if a.sandwich_norm:
+            self.pre_ffn_norm = nn.Parameter(torch.zeros(a.hidden_size))
+            self.post_ffn_norm = nn.Parameter(torch.zeros(a.hidden_size))
+        if a.qk_norm:
+            self.q_norm = nn.Parameter(torch.zeros(a.head_dim))
+            self.k_norm = nn.Parameter(torch.zeros(a.head_dim))
+
+    def prepare(self) -> None:
+        """Precomputes norm scales (and fuses the q and k norms) once the weights are final."""
+        a, gemma = self.arch, self.arch.gemma_norm
+        names = ["input_norm", "post_attn_norm"] + (["pre_ffn_norm", "post_ffn_norm"] if a.sandwich_norm else [])
+        self.scales = {n: norm_scale(getattr(self, n), gemma) for n in names}
+        if a.qk_norm:
+            q = norm_scale(self.q_norm, gemma).expand(a.num_heads, -1)
+            k = norm_scale(self.k_norm, gemma).expand(a.num_kv_heads, -1)
+            self.scales["qk_norm"] = torch.cat([q, k])  # [heads + kv_heads, head_dim]
+
+    def norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
+        return rms_norm(x, self.scales[name], self.arch.rms_norm_eps, self.arch.gemma_norm)
+
+    def forward(
+        self,
+        h: torch.Tensor,  # [T, hidden]
+        cos: torch.Tensor,  # [T, 1, head_dim]
+        sin: torch.Tensor,
+        mask: torch.Tensor,  # [groups * T, capacity] float32 additive
+        cache: KVCache,
+    ) -> torch.Tensor:
+        a, t = self.arch, h.shape[0]
+        x = self.norm(h, "input_norm")
+        qkv = linear(x, self.qkv.weight, self.qkv.bias).view(t, a.num_heads + 2 * a.num_kv_heads, a.head_dim)
+        qk, v = qkv[:, : a.num_heads + a.num_kv_heads], qkv[:, a.num_heads + a.num_kv_heads :]
+        if a.qk_norm:
+            qk = self.norm(qk, "qk_norm")
+        qk = qk * cos + rotate_half(qk) * sin
+        q, k = qk[:, : a.num_heads], qk[:, a.num_heads :]
+        keys_t, values = cache.write(self.index, k, v)
+        attn = attention(q, keys_t, values, mask, a.attn_scale)
+        attn = linear(attn, self.o.weight, self.o.bias)
+        if a.sandwich_norm:
+            h = h + self.norm(attn, "post_attn_norm")
+            x = self.norm(h, "pre_ffn_norm")
+        else:
+            h = h + attn
+            x = self.norm(h, "post_attn_norm")
+        gate, up = linear(x, self.gate_up.weight, self.gate_up.bias).chunk(2, dim=-1)
+        act = F.gelu(gate, approximate="tanh") if a.activation == "gelu_tanh" else F.silu(gate)
+        out = linear(act * up, self.down.weight, self.down.bias)
+        if a.sandwich_norm:
+            out = self.norm(out, "post_ffn_norm")
+        return h + out
+
+
+@dataclass
+class DecoderOutput:
+    logits: torch.Tensor | None  # [R, vocab] float32, R = rows asked for
+    hidden: dict[int, torch.Tensor]  # residual stream entering layer i ([T, hidden]); i == num_layers: last layer's output
+    final_hidden: torch.Tensor  # [T, hidden] after the final norm
+
+
+class Decoder(nn.Module):
+    """Embeddings, layers, final norm and LM head of a native-family causal LM."""
+
+    def __init__(self, arch: Architecture, rope: dict[str, tuple[torch.Tensor, float]]) -> None:
+        super().__init__()
+        self.arch = arch
+        self.embed = nn.Embedding(arch.vocab_size, arch.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(arch, i) for i in range(arch.num_layers))
+        self.final_norm = nn.Parameter(torch.zeros(arch.hidden_size))
+        self.lm_head = None if arch.tie_word_embeddings else nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        self.rope = {kind: RopeTable(inv, scale, torch.empty(0), torch.empty(0)) for kind, (inv, scale) in rope.items()}
+
+    @property
+    def num_layers(self) -> int:
+        return len(self.layers)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.embed.weight.dtype
+
+    @property
+    def device(self) -> torch.device:
+        return self.embed.weight.device
+
+    def head_weight(self) -> torch.Tensor:
+        return self.embed.weight if self.lm_head is None else self.lm_head.weight
+
+    def embed_tokens(self, tokens: torch.Tensor) -> torch.Tensor:
+        h = self.embed(tokens)
+        if self.arch.embed_scale is not None:
+            h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)
+        return h
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """LM head over final-normed hidden states, returned in float32."""
+        logits = linear(hidden, self.head_weight()).float()
+        cap = self.arch.final_logit_softcap
+        if cap:
+            logits = torch.tanh(logits / cap) * cap
+        return logits
+
+    def forward(
+        self,
+        tokens: torch.Tensor,  # [T]
+        positions: torch.Tensor,  # [T]
+        masks: dict[int | None, torch.Tensor],  # window -> [T, capacity] bool
+        cache: KVCache,
+        capture: Sequence[int] = (),
+        logit_rows: torch.Tensor | slice | None = slice(None),
+    ) -> DecoderOutput:
+        h = self.embed_tokens(tokens)
+        end = int(positions.max()) + 1
+        tables = {}
+        for kind, table in self.rope.items():
+            table.ensure(max(end, cache.capacity), h.dtype)
+            tables[kind] = (table.cos[positions][:, None], table.sin[positions][:, None])
+        groups = self.arch.num_heads // self.arch.num_kv_heads
+        # bool [T, C] -> additive float [groups * T, C], once per forward rather than per layer
+        zero = torch.zeros((), dtype=torch.float32, device=h.device)
+        masks = {w: torch.where(m, zero, float("-inf")).repeat(groups, 1) for w, m in masks.items()}
+        hidden: dict[int, torch.Tensor] = {}
+        for i, layer in enumerate(self.layers):
+            if i in capture:
+                hidden[i] = h
+            cos, sin = tables[self.arch.layer_types[i] if len(tables) > 1 else next(iter(tables))]
+            h = layer(h, cos, sin, masks[layer.window], cache)
+        if len(self.layers) in capture:
+            hidden[len(self.layers)] = h
+        final = rms_norm(h, self.final_scale, self.arch.rms_norm_eps, self.arch.gemma_norm)
+        logits = None if logit_rows is None else self.logits(final[logit_rows])
+        return DecoderOutput(logits=logits, hidden=hidden, final_hidden=final)
+
+    def prepare(self) -> Decoder:
+        """Call once the weights are loaded (and after any change to them): caches derived tensors."""
+        self.final_scale = norm_scale(self.final_norm, self.arch.gemma_norm)
+        for layer in self.layers:
+            layer.prepare()
+        return self
+
+    def truncated(self, num_layers: int) -> Decoder:
+        """The first `num_layers` layers with this model's final norm and LM head, sharing every weight."""
+        if not 1 <= num_layers <= self.num_layers:
+            raise ValueError(f"self-draft needs 1..{self.num_layers} layers, got {num_layers}")
+        clone = Decoder.__new__(Decoder)
+        nn.Module.__init__(clone)
+        clone.arch = self.arch
+        clone.embed = self.embed
+        clone.layers = nn.ModuleList(list(self.layers)[:num_layers])
+        clone.final_norm = self.final_norm
+        clone.lm_head = self.lm_head
+        clone.rope = self.rope
+        clone.final_scale = self.final_scale
+        return clone

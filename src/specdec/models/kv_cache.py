@@ -1,0 +1,76 @@
+"""A preallocated key/value cache of fixed capacity, for one sequence.
+
+Slots [0, length) hold committed tokens at positions 0..length-1. A forward writes its T new tokens into
+slots [length, length + T) ("pending"); `commit` then keeps any subset of them (a chain prefix or the
+accepted path of a tree), moving them down so the committed slots stay contiguous. Attention always
+runs over the whole buffer with a mask: a fixed key length is what makes a row's result independent of
+how many queries share the forward, which is what makes speculative output identical to plain decoding.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+
+class KVCache:
+    def __init__(
+        self,
+        num_layers: int,
+        num_kv_heads: int,
+        head_dim: int,
+        capacity: int,
+        dtype: torch.dtype,
+        device: torch.device,
+    ) -> None:
+        # Keys are stored transposed ([layers, kv_heads, head_dim, capacity]) so q @ k needs no copy.
+        # Zeros, not empty: masked slots are multiplied by exactly 0 in attention, and 0 * NaN would leak.
+        self.keys_t = torch.zeros((num_layers, num_kv_heads, head_dim, capacity), dtype=dtype, device=device)
+        self.values = torch.zeros((num_layers, num_kv_heads, capacity, head_dim), dtype=dtype, device=device)
+        # [capacity] position id held by each slot, -1 when empty; sliding windows are measured with it.
+        self.positions = torch.full((capacity,), -1, dtype=torch.long, device=device)
+        self.capacity = capacity
+        self.length = 0
+        self.pending = 0
+
+    def reserve(self, num_tokens: int, positions: torch.Tensor) -> None:
+        """Claims the next `num_tokens` slots for a forward; any earlier pending slots are dropped."""
+        if self.length + num_tokens > self.capacity:
+            raise ValueError(
+                f"KV cache full: {self.length} committed + {num_tokens} new > capacity {self.capacity}"
+            )
+        self.pending = num_tokens
+        self.positions[self.length : self.length + num_tokens] = positions
+
+    def write(self, layer: int, keys: torch.Tensor, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Stores one layer's pending keys/values ([T, kv_heads, head_dim]); returns that layer's whole
+        buffers: keys transposed [kv_heads, head_dim, capacity] and values [kv_heads, capacity, head_dim]."""
+        start, end = self.length, self.length + self.pending
+        self.keys_t[layer, :, :, start:end] = keys.permute(1, 2, 0)
+        self.values[layer, :, start:end] = values.transpose(0, 1)
+        return self.keys_t[layer], self.values[layer]
+
+    def commit(self, kept: Sequence[int]) -> None:
+        """Keeps the pending entries at indices `kept` (ascending, relative to the last forward)."""
+        kept = list(kept)
+        if any(not 0 <= i < self.pending for i in kept) or sorted(set(kept)) != kept:
+            raise ValueError(f"kept indices {kept} must be ascending and within the {self.pending} pending slots")
+        n = len(kept)
+        if kept != list(range(n)):
+            src = torch.tensor(kept, device=self.values.device) + self.length
+            dst = slice(self.length, self.length + n)
+            self.keys_t[..., dst] = self.keys_t.index_select(3, src)
+            self.values[:, :, dst] = self.values.index_select(2, src)
+            self.positions[dst] = self.positions.index_select(0, src)
+        self.length += n
+        self.pending = 0
+        self.positions[self.length :] = -1
+
+    def truncate(self, length: int) -> None:
+        """Rolls the committed sequence back to its first `length` tokens."""
+        if not 0 <= length <= self.length:
+            raise ValueError(f"cannot truncate a cache of length {self.length} to {length}")
+        self.length = length
+        self.pending = 0
+        self.positions[length:] = -1

