@@ -150,7 +150,8 @@ def load_model(
         decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
         decoder.prepare()
         return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None)
-    logger.warning("no native decoder for %s: using transformers (slower, not bit-exact)", hf_model.config.model_type)
+    if native:
+        logger.warning("no native decoder for %s: using transformers (slower, not bit-exact)", hf_model.config.model_type)
     return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, None, hf_model.to(dev))
 
 

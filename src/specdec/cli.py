@@ -1,0 +1,92 @@
+"""`specdec generate | bench`: the command line. Subcommands import their heavy modules lazily."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from specdec.models.loading import DEFAULT_MODEL, DTYPES
+
+
+def add_model_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", default=DEFAULT_MODEL, help=f"alias, GGUF file, HF folder or hub id (default {DEFAULT_MODEL})")
+    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
+    parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument(
+        "--speculative-config",
+        default=None,
+        help='JSON, vLLM keys, e.g. \'{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}\'',
+    )
+
+
+def parse_speculative_config(text: str | None):
+    from specdec.speculative_config import SpeculativeConfig
+
+    return None if text is None else SpeculativeConfig.from_json(text)
+
+
+def cmd_generate(args: argparse.Namespace) -> int:
+    from specdec.api import LLM
+    from specdec.sampling_params import SamplingParams
+
+    prompt = args.prompt if args.prompt is not None else sys.stdin.read()
+    if not prompt:
+        raise ValueError("no prompt: pass it as an argument or on stdin")
+    params = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
+        seed=args.seed, stop=args.stop or [],
+    )
+    config = parse_speculative_config(args.speculative_config)
+    llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device)
+    printed = ""
+    last = None
+    for last in llm.stream(prompt, params):
+        text = last.checker.text()
+        if len(text) > len(printed) and text.startswith(printed):
+            sys.stdout.write(text[len(printed) :])
+            sys.stdout.flush()
+            printed = text
+    sys.stdout.write("\n")
+    if last is not None:
+        stats = last.stats
+        finish = last.finish
+        print(f"[finish_reason={finish.reason if finish else None}] {stats.summary_line()}", file=sys.stderr)
+        if args.stats_json:
+            print(json.dumps(stats.to_dict()), file=sys.stderr)
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specdec", description="Lossless speculative decoding")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    gen = sub.add_parser("generate", help="generate text for one prompt (argument or stdin), streamed")
+    gen.add_argument("prompt", nargs="?", default=None)
+    add_model_args(gen)
+    gen.add_argument("--max-tokens", type=int, default=128)
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--top-p", type=float, default=1.0)
+    gen.add_argument("--top-k", type=int, default=0)
+    gen.add_argument("--seed", type=int, default=None)
+    gen.add_argument("--stop", action="append", help="stop string (repeatable)")
+    gen.add_argument("--stats-json", action="store_true", help="also print the statistics as JSON on stderr")
+    gen.set_defaults(func=cmd_generate)
+
+    from specdec.bench.command import add_bench_parser
+
+    add_bench_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except ValueError as exc:
+        print(f"specdec: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
