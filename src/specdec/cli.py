@@ -74,8 +74,10 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
 
     from specdec.bench.command import add_bench_parser
+    from specdec.demo import add_demo_parser
 
     add_bench_parser(sub)
+    add_demo_parser(sub)
     return parser
 
 

@@ -1,0 +1,71 @@
+"""`specdec demo`: plain and speculative decoding side by side on a few prompts, on the default model."""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from specdec.api import LLM
+from specdec.models.loading import DEFAULT_MODEL
+from specdec.sampling_params import SamplingParams
+
+DEMO_PROMPTS = [
+    "Question: Summarize the following text in two sentences.\n"
+    "The city council met on Tuesday to discuss the new library. The new library will have three floors, "
+    "a children's section, a cafe and a rooftop garden. The council said the new library will open next spring, "
+    "and that the old library will stay open until the new library is ready.\nAnswer:",
+    "Question: What are the three primary colors? Explain each one.\nAnswer:",
+    "Question: Translate to English: 'Ich habe keine Zeit, weil ich arbeiten muss.'\nAnswer:",
+    "Question: Write a Python function that returns the sum of a list of numbers.\nAnswer:",
+]
+DEMO_CONFIG = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
+
+
+def add_demo_parser(sub: argparse._SubParsersAction) -> None:
+    demo = sub.add_parser("demo", help="plain vs speculative decoding on a few prompts (the default model)")
+    demo.add_argument("--model", default=DEFAULT_MODEL)
+    demo.add_argument("--max-tokens", type=int, default=128)
+    demo.set_defaults(func=run_demo)
+
+
+def run_demo(args: argparse.Namespace) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    console.print(f"[bold]loading {args.model}[/bold] (the first run converts the GGUF file once, ~40 s)")
+    plain = LLM(model=args.model)
+    spec = LLM(loaded=plain.model, speculative_config=DEMO_CONFIG)
+    params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
+    plain.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))  # warm-up
+    spec.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))
+    table = Table(title=f"{args.model}, bfloat16 greedy, {args.max_tokens} new tokens, speculative = {DEMO_CONFIG}")
+    for col in ("prompt", "plain tok/s", "spec tok/s", "speedup", "acceptance rate", "mean acc. len", "identical"):
+        table.add_column(col)
+    total_plain = total_spec = 0.0
+    all_identical = True
+    for prompt in DEMO_PROMPTS:
+        t0 = time.perf_counter()
+        base = plain.generate(prompt, params)[0]
+        t1 = time.perf_counter()
+        out = spec.generate(prompt, params)[0]
+        t2 = time.perf_counter()
+        total_plain += t1 - t0
+        total_spec += t2 - t1
+        identical = base.outputs[0].token_ids == out.outputs[0].token_ids
+        all_identical &= identical
+        stats = out.spec_decoding_stats
+        n = len(out.outputs[0].token_ids)
+        console.rule(prompt.splitlines()[0][:80])
+        console.print(out.outputs[0].text.strip(), markup=False)
+        table.add_row(
+            prompt.splitlines()[0][10:50] + "...", f"{n / (t1 - t0):.1f}", f"{n / (t2 - t1):.1f}",
+            f"{(t1 - t0) / (t2 - t1):.2f}x", f"{stats.acceptance_rate:.2f}", f"{stats.mean_acceptance_length:.2f}",
+            "yes" if identical else "NO",
+        )
+    console.print(table)
+    console.print(
+        f"overall speedup {total_plain / total_spec:.2f}x (plain {total_plain:.2f} s, speculative {total_spec:.2f} s); "
+        f"outputs identical to plain decoding: {'all' if all_identical else 'NOT ALL'}"
+    )
+    return 0 if all_identical else 1
