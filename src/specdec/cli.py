@@ -6,7 +6,8 @@ import argparse
 import json
 import sys
 
-from specdec.models.loading import DEFAULT_MODEL, DTYPES
+DEFAULT_MODEL = "gemma-3-270m"  # kept equal to specdec.models.loading.DEFAULT_MODEL (imported lazily: torch is slow)
+DTYPES = ("bfloat16", "float32")
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:

@@ -1,10 +1,104 @@
-"""`specdec bench` (placeholder until the benchmark lands)."""
+"""`specdec bench`: plain vs speculative decoding on a prompt file, side by side in one process.
+
+    specdec bench --prompts FILE.jsonl [--model M] [--speculative-config JSON] [--dtype D] [--device DEV]
+                  [--limit N] [--categories a,b] [--max-new-tokens 128] [--temperature 0] [--seed 0]
+                  [--warmup 1] [--include-transformers] [--output FILE.json]
+
+Prompt file: jsonl, MT-Bench lines (question_id, category, turns) or lines with `prompt` (optional
+`category`). Every turn is benchmarked as its own generation. Without a chat template the first turn is
+rendered as "Question: {turn}\\nAnswer:"; a later turn appends the model's own previous answer (from the
+plain run, so both modes see identical prompts) then "\\nQuestion: {turn}\\nAnswer:". With a chat
+template, tokenizer.apply_chat_template(messages, add_generation_prompt=True) with the same answers.
+
+Each prompt runs plain then speculative back to back; speedup = sum of plain seconds / sum of speculative
+seconds over the same prompts (the same tokens under greedy decoding). Prints a table, writes the JSON
+report with --output, and prints the JSON of `overall` as the last line of stdout. Mismatches are
+reported (first divergence, target's logit margin there), never turned into a failing exit code.
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+
+HELP_EPILOG = """\
+prompt rendering: every turn is its own generation. Without a chat template the first turn is
+"Question: {turn}\\nAnswer:" and each later turn appends the model's previous answer (from the plain
+run, so both modes see identical prompts) then "\\nQuestion: {turn}\\nAnswer:". With a chat template:
+tokenizer.apply_chat_template(messages, add_generation_prompt=True).
+
+speedup = sum of plain seconds / sum of speculative seconds over the same prompts, measured back to back
+per prompt. The last line printed is the JSON of the `overall` object.
+"""
 
 
 def add_bench_parser(sub: argparse._SubParsersAction) -> None:
-    bench = sub.add_parser("bench", help="plain vs speculative decoding on a prompt file")
-    bench.set_defaults(func=lambda args: 1)
+    from specdec.cli import add_model_args
+
+    bench = sub.add_parser(
+        "bench",
+        help="plain vs speculative decoding on a prompt file",
+        description="Plain and speculative decoding on the same prompts, in one process: speedup, acceptance,\n"
+        "token identity (first divergence and the target's logit margin there). Without --speculative-config\n"
+        'the speculative side is {"method": "ngram"} with its defaults.',
+        epilog=HELP_EPILOG,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    bench.add_argument(
+        "--prompts", required=True, help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}"
+    )
+    add_model_args(bench)
+    bench.add_argument("--limit", type=int, default=None, help="first N questions (after --categories)")
+    bench.add_argument("--categories", default=None, help="comma-separated categories to keep, e.g. writing,coding")
+    bench.add_argument("--max-new-tokens", type=int, default=128)
+    bench.add_argument(
+        "--temperature", type=float, default=0.0,
+        help="0 = greedy (default); > 0 samples, identity is then reported but not expected",
+    )
+    bench.add_argument("--seed", type=int, default=0, help="sampling seed, the same in both modes (default 0)")
+    bench.add_argument("--warmup", type=int, default=1, help="prompts run untimed in every mode first (default 1)")
+    bench.add_argument(
+        "--include-transformers", action="store_true",
+        help="add rows for transformers' generate: greedy and prompt lookup (K = num_speculative_tokens)",
+    )
+    bench.add_argument("--output", default=None, help="write the full JSON report here")
+    bench.add_argument("--no-progress", action="store_true", help="no progress bar")
+    bench.set_defaults(func=cmd_bench)
+
+
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from specdec.bench.runner import run_bench
+    from specdec.bench.table import print_report
+
+    from specdec.cli import parse_speculative_config
+
+    config = parse_speculative_config(args.speculative_config)
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    report = run_bench(
+        args.prompts,
+        model=args.model,
+        speculative_config=config,
+        dtype=args.dtype,
+        device=args.device,
+        limit=args.limit,
+        categories=categories,
+        max_new_tokens=args.max_new_tokens,
+        temperature=args.temperature,
+        seed=args.seed,
+        warmup=args.warmup,
+        include_transformers=args.include_transformers,
+        progress=not args.no_progress,
+    )
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    print_report(report, console)
+    if args.output:
+        path = Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {path}")
+    print(json.dumps(report["overall"]), flush=True)
+    return 0

@@ -1,0 +1,128 @@
+"""Benchmark prompts: reading the jsonl file and rendering every turn into prompt token ids.
+
+Two line schemas are accepted (both may appear in one file):
+
+* MT-Bench: ``{"question_id": 81, "category": "writing", "turns": ["...", "..."]}``
+* plain: ``{"prompt": "...", "category": "..."}`` (category optional, default "uncategorized"; an optional
+  ``question_id`` or ``id`` is kept, else the 1-based line number is used). A plain line is one turn.
+
+Every turn is benchmarked as its own generation. Turn k's prompt contains the earlier turns and the
+model's own earlier answers, taken from the *plain* run so that plain and speculative decoding always see
+identical prompt tokens:
+
+* With a chat template: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)`` over
+  user/assistant messages.
+* Without one: the first turn is ``Question: {turn}\\nAnswer:``; each later turn appends the previous answer
+  and then ``\\nQuestion: {turn}\\nAnswer:``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+DEFAULT_CATEGORY = "uncategorized"
+FIRST_TURN = "Question: {turn}\nAnswer:"
+NEXT_TURN = "\nQuestion: {turn}\nAnswer:"
+
+
+@dataclass(frozen=True)
+class Question:
+    question_id: int | str
+    category: str
+    turns: tuple[str, ...]
+
+
+def _parse_line(data: Any, lineno: int, path: Path) -> Question:
+    where = f"{path}:{lineno}"
+    if not isinstance(data, dict):
+        raise ValueError(f"{where}: expected a JSON object, got {type(data).__name__}")
+    if "turns" in data:
+        turns = data["turns"]
+        if not isinstance(turns, list) or not turns or not all(isinstance(t, str) and t for t in turns):
+            raise ValueError(f"{where}: 'turns' must be a non-empty list of non-empty strings")
+    elif "prompt" in data:
+        if not isinstance(data["prompt"], str) or not data["prompt"]:
+            raise ValueError(f"{where}: 'prompt' must be a non-empty string")
+        turns = [data["prompt"]]
+    else:
+        raise ValueError(f"{where}: a line needs 'turns' (MT-Bench schema) or 'prompt'")
+    category = data.get("category") or DEFAULT_CATEGORY
+    if not isinstance(category, str):
+        raise ValueError(f"{where}: 'category' must be a string")
+    qid = data.get("question_id", data.get("id", lineno))
+    return Question(question_id=qid, category=category, turns=tuple(turns))
+
+
+def load_questions(
+    path: str | Path, limit: int | None = None, categories: Sequence[str] | None = None
+) -> list[Question]:
+    """Reads the jsonl file; keeps the given categories (in file order), then the first `limit` questions."""
+    path = Path(path)
+    if not path.is_file():
+        raise ValueError(f"prompt file not found: {path}")
+    questions = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                data = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}:{lineno}: not valid JSON: {exc}") from exc
+            questions.append(_parse_line(data, lineno, path))
+    if categories:
+        wanted = set(categories)
+        known = {q.category for q in questions}
+        if not wanted & known:
+            raise ValueError(f"no prompts in categories {sorted(wanted)}; the file has {sorted(known)}")
+        questions = [q for q in questions if q.category in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {limit}")
+        questions = questions[:limit]
+    if not questions:
+        raise ValueError(f"no prompts in {path}")
+    return questions
+
+
+def has_chat_template(tokenizer: Any) -> bool:
+    return bool(getattr(tokenizer, "chat_template", None))
+
+
+def _ids(encoded: Any) -> list[int]:
+    """apply_chat_template returns a list, a nested list or a BatchEncoding depending on the version."""
+    if isinstance(encoded, Mapping) or hasattr(encoded, "input_ids"):
+        encoded = encoded["input_ids"]
+    if hasattr(encoded, "tolist"):
+        encoded = encoded.tolist()
+    if encoded and isinstance(encoded[0], list):
+        (encoded,) = encoded
+    return [int(t) for t in encoded]
+
+
+def render_text(turns: Sequence[str], answers: Sequence[str]) -> str:
+    """The no-chat-template prompt for turn len(turns), given the answers to the earlier turns."""
+    if len(answers) != len(turns) - 1:
+        raise ValueError(f"{len(turns)} turns need {len(turns) - 1} earlier answers, got {len(answers)}")
+    text = FIRST_TURN.format(turn=turns[0])
+    for answer, turn in zip(answers, turns[1:]):
+        text += answer + NEXT_TURN.format(turn=turn)
+    return text
+
+
+def render_prompt(tokenizer: Any, turns: Sequence[str], answers: Sequence[str]) -> list[int]:
+    """Prompt token ids for the last of `turns`, with `answers` to the earlier ones."""
+    if has_chat_template(tokenizer):
+        if len(answers) != len(turns) - 1:
+            raise ValueError(f"{len(turns)} turns need {len(turns) - 1} earlier answers, got {len(answers)}")
+        messages = []
+        for i, turn in enumerate(turns):
+            messages.append({"role": "user", "content": turn})
+            if i < len(answers):
+                messages.append({"role": "assistant", "content": answers[i].strip()})
+        return _ids(tokenizer.apply_chat_template(messages, add_generation_prompt=True))
+    return _ids(tokenizer(render_text(turns, answers)).input_ids)

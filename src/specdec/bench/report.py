@@ -1,0 +1,149 @@
+"""Benchmark results: per-prompt records, overall/per-category aggregates, the JSON report.
+
+Aggregates (`overall` and each `per_category` entry) are sums over the same prompts in both modes:
+speedup = baseline_seconds / speculative_seconds (wall time, plain over speculative; under greedy both
+generate the same tokens), tokens_per_second = that mode's new tokens / its seconds, acceptance numbers
+from the merged SpecDecodingStats of the speculative runs (mean acceptance length = tokens per target
+forward, see engine/stats.py). `new_tokens` counts the baseline's tokens, `speculative_new_tokens` the
+speculative run's (equal when every prompt is identical). median_prompt_speedup, the median of the
+per-prompt ratios, shows whether one noisy prompt dominates the sums.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from specdec.bench.divergence import Divergence
+from specdec.engine.stats import SpecDecodingStats
+
+
+@dataclass
+class PromptResult:
+    question_id: int | str
+    category: str
+    turn: int  # 1-based
+    prompt_ids: list[int]
+    baseline_ids: list[int]
+    speculative_ids: list[int]
+    baseline_seconds: float
+    speculative_seconds: float
+    speculative_stats: SpecDecodingStats
+    divergence: Divergence | None = None
+    transformers: dict[str, tuple[list[int], float]] = field(default_factory=dict)  # mode -> (ids, seconds)
+    transformers_divergence: dict[str, Divergence | None] = field(default_factory=dict)  # mode -> vs baseline
+
+    @property
+    def identical(self) -> bool:
+        return self.baseline_ids == self.speculative_ids
+
+
+def _rate(num: float, den: float, digits: int = 4) -> float:
+    return round(num / den, digits) if den else 0.0
+
+
+def aggregate(results: Sequence[PromptResult]) -> dict[str, Any]:
+    stats = SpecDecodingStats()
+    for r in results:
+        stats.merge(r.speculative_stats)
+    base_s = sum(r.baseline_seconds for r in results)
+    spec_s = sum(r.speculative_seconds for r in results)
+    base_tokens = sum(len(r.baseline_ids) for r in results)
+    spec_tokens = sum(len(r.speculative_ids) for r in results)
+    identical = sum(r.identical for r in results)
+    per_prompt = [r.baseline_seconds / r.speculative_seconds for r in results if r.speculative_seconds]
+    return {
+        "prompts": len(results),
+        "new_tokens": base_tokens,
+        "speculative_new_tokens": spec_tokens,
+        "baseline_seconds": round(base_s, 4),
+        "speculative_seconds": round(spec_s, 4),
+        "speedup": _rate(base_s, spec_s),
+        # robust to one prompt hit by machine noise (the sum-based speedup above is the headline number)
+        "median_prompt_speedup": round(statistics.median(per_prompt), 4) if per_prompt else 0.0,
+        "baseline_tokens_per_second": _rate(base_tokens, base_s, 2),
+        "speculative_tokens_per_second": _rate(spec_tokens, spec_s, 2),
+        "mean_acceptance_length": round(stats.mean_acceptance_length, 4),
+        "acceptance_rate": round(stats.acceptance_rate, 4),
+        "accepted_per_position": list(stats.accepted_per_position),
+        "acceptance_rate_per_position": [round(x, 4) for x in stats.acceptance_rate_per_position],
+        "identical": identical,
+        "identical_fraction": _rate(identical, len(results)),
+        "mismatches": len(results) - identical,
+    }
+
+
+def per_category(results: Sequence[PromptResult]) -> dict[str, dict[str, Any]]:
+    groups: dict[str, list[PromptResult]] = {}
+    for r in results:
+        groups.setdefault(r.category, []).append(r)
+    return {name: aggregate(group) for name, group in groups.items()}
+
+
+def prompt_entry(r: PromptResult) -> dict[str, Any]:
+    d = r.divergence
+    entry = {
+        "question_id": r.question_id,
+        "category": r.category,
+        "turn": r.turn,
+        "prompt_tokens": len(r.prompt_ids),
+        "new_tokens": {"baseline": len(r.baseline_ids), "speculative": len(r.speculative_ids)},
+        "seconds": {"baseline": round(r.baseline_seconds, 4), "speculative": round(r.speculative_seconds, 4)},
+        "speedup": _rate(r.baseline_seconds, r.speculative_seconds),
+        "mean_acceptance_length": round(r.speculative_stats.mean_acceptance_length, 4),
+        "acceptance_rate": round(r.speculative_stats.acceptance_rate, 4),
+        "identical": r.identical,
+        "first_divergence": d.position if d is not None else None,
+        "logit_margin": round(d.logit_margin, 4) if d is not None else None,
+        "divergence_tokens": d.to_dict() if d is not None else None,
+    }
+    if r.transformers:
+        entry["transformers"] = {}
+        for mode, (ids, seconds) in r.transformers.items():
+            td = r.transformers_divergence.get(mode)
+            entry["transformers"][mode] = {
+                "new_tokens": len(ids),
+                "seconds": round(seconds, 4),
+                "identical_to_plain": list(ids) == r.baseline_ids,
+                # against OUR plain output; the margin is our target's, at that position
+                "first_divergence": td.position if td is not None else None,
+                "logit_margin": round(td.logit_margin, 4) if td is not None else None,
+                "divergence_tokens": td.to_dict("transformers") if td is not None else None,
+            }
+    return entry
+
+
+def build_report(
+    results: Sequence[PromptResult],
+    *,
+    model: str,
+    speculative_config: dict[str, Any],
+    dtype: str,
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    device: str,
+    exact_runtime: bool,
+    chat_template: bool,
+    transformers: dict[str, Any] | None = None,
+) -> dict[str, Any]:
+    report = {
+        "model": model,
+        "method": speculative_config["method"],
+        "speculative_config": speculative_config,
+        "dtype": dtype,
+        "max_new_tokens": max_new_tokens,
+        "temperature": temperature,
+        "seed": seed,
+        "device": device,
+        "exact_runtime": exact_runtime,
+        "prompt_format": "chat_template" if chat_template else "question_answer",
+        "overall": aggregate(results),
+        "per_category": per_category(results),
+        "per_prompt": [prompt_entry(r) for r in results],
+    }
+    if transformers is not None:
+        report["transformers"] = transformers
+    return report
