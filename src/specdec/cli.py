@@ -6,13 +6,12 @@ import argparse
 import json
 import sys
 
-DEFAULT_MODEL = "gemma-3-270m"  # kept equal to specdec.models.loading.DEFAULT_MODEL (imported lazily: torch is slow)
-DTYPES = ("bfloat16", "float32")
+from specdec.defaults import DEFAULT_MODEL, DTYPE_NAMES
 
 
 def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"alias, GGUF file, HF folder or hub id (default {DEFAULT_MODEL})")
-    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPES))
+    parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPE_NAMES))
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument(
         "--speculative-config",

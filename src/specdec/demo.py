@@ -5,9 +5,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from specdec.api import LLM
-from specdec.models.loading import DEFAULT_MODEL
-from specdec.sampling_params import SamplingParams
+from specdec.defaults import DEFAULT_MODEL
 
 DEMO_PROMPTS = [
     "Question: Summarize the following text in two sentences.\n"
@@ -31,6 +29,9 @@ def add_demo_parser(sub: argparse._SubParsersAction) -> None:
 def run_demo(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.table import Table
+
+    from specdec.api import LLM
+    from specdec.sampling_params import SamplingParams
 
     console = Console()
     console.print(f"[bold]loading {args.model}[/bold] (the first run converts the GGUF file once, ~40 s)")

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from specdec.defaults import DEFAULT_MODEL
 from specdec.models.architecture import is_native
 from specdec.models.decoder import Decoder
 from specdec.models.hf_runtime import TransformersRuntime
@@ -19,7 +20,6 @@ from specdec.models.runtime import ModelRuntime, NativeRuntime
 
 logger = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "gemma-3-270m"
 DTYPES = {"bfloat16": torch.bfloat16, "float32": torch.float32}
 
 
