@@ -30,11 +30,11 @@ class SamplingParams:
             problems.append(f"temperature must be >= 0, got {self.temperature}")
         if not 0 < self.top_p <= 1:
             problems.append(f"top_p must be in (0, 1], got {self.top_p}")
-        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+        if not (type(self.top_k) is int and self.top_k >= 0):
             problems.append(f"top_k must be an int >= 0 (0 or -1 disables it), got {self.top_k}")
-        if not (isinstance(self.max_tokens, int) and self.max_tokens >= 1):
+        if not (type(self.max_tokens) is int and self.max_tokens >= 1):
             problems.append(f"max_tokens must be an int >= 1, got {self.max_tokens}")
-        if self.seed is not None and not isinstance(self.seed, int):
+        if self.seed is not None and type(self.seed) is not int:
             problems.append(f"seed must be an int, got {self.seed!r}")
         if any(not isinstance(s, str) or not s for s in self.stop):
             problems.append(f"stop must be non-empty strings, got {self.stop!r}")

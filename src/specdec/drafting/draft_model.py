@@ -76,6 +76,9 @@ class DraftModelProposer(Proposer):
             check_same_vocabulary(target, draft)
             self.runtime = draft.new_runtime()
         self.vocab_size = target.vocab_size
+        # The target may emit ids the draft has no embedding for (padded vocabularies of different sizes);
+        # the draft reads those as id 0. Drafts may get worse, the output cannot (verification decides).
+        self.draft_vocab_size = self.runtime.vocab_size
         self.cached = 0  # how many leading tokens of the sequence the draft cache holds
         self.last_draft_len = 0
         self.sampling: SamplingParams | None = None
@@ -106,7 +109,7 @@ class DraftModelProposer(Proposer):
         self.last_draft_len = k
         if k <= 0:
             return Draft(tokens=[])
-        result = self.runtime.prefill(list(tokens[self.cached :]))
+        result = self.runtime.prefill([t if t < self.draft_vocab_size else 0 for t in tokens[self.cached :]])
         self.cached = len(tokens)
         drafted, probs = [], []
         for i in range(k):

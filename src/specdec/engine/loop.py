@@ -96,6 +96,8 @@ def generate_tokens(
         room = params.max_tokens - len(checker.output) - 1  # the step's own token always comes on top
         t0 = time.perf_counter()
         draft = proposer.propose(tokens, room) if proposer is not None and room > 0 else EMPTY_DRAFT
+        if draft.parents is not None:
+            raise NotImplementedError("tree drafts need tree verification, which this engine does not have yet")
         if len(draft) > room:
             raise RuntimeError(f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {room} allowed")
         t1 = time.perf_counter()

@@ -29,7 +29,6 @@ class StopChecker:
         self.output: list[int] = []
         self.finish: Finish | None = None
         self.stop_text_end: int | None = None  # char offset where a stop string begins
-        self._checked_chars = 0
 
     def extend(self, tokens: Sequence[int]) -> list[int]:
         """Appends tokens until the request finishes; returns the ones that belong to the output."""
@@ -48,15 +47,14 @@ class StopChecker:
         return taken
 
     def _hit_stop_string(self) -> bool:
+        # The whole text is searched, not only its new tail: decoding is not append-only (a character split
+        # over byte tokens decodes as U+FFFD until its last byte arrives, and then replaces it).
         text = self.tokenizer.decode(self.output, skip_special_tokens=True)
-        longest = max(len(s) for s in self.params.stop)
-        start = max(0, self._checked_chars - longest + 1)
         best = None
         for s in self.params.stop:
-            i = text.find(s, start)
+            i = text.find(s)
             if i >= 0 and (best is None or i < best[0]):
                 best = (i, s)
-        self._checked_chars = len(text)
         if best is None:
             return False
         self.stop_text_end = best[0]
@@ -64,5 +62,8 @@ class StopChecker:
         return True
 
     def text(self) -> str:
-        text = self.tokenizer.decode(self.output, skip_special_tokens=True)
+        ids = self.output
+        if self.finish is not None and isinstance(self.finish.stop_reason, int):
+            ids = ids[:-1]  # an EOS or stop token id stays out of the text even when it is not a special token
+        text = self.tokenizer.decode(ids, skip_special_tokens=True)
         return text if self.stop_text_end is None else text[: self.stop_text_end]

@@ -80,15 +80,18 @@ def _rows(rows: LogitRows, t: int) -> torch.Tensor | slice | None:
 
 
 class NativeRuntime(ModelRuntime):
-    """Runs our Decoder over a preallocated, fixed-capacity KVCache (exact across query counts)."""
+    """Runs our Decoder over a preallocated, fixed-capacity KVCache.
 
-    exact = True
+    Exact across query counts in bfloat16 on CPU (see decoder.linear); float32 matmuls on CPU and GPU
+    kernels round differently for different row counts, so there `exact` is False.
+    """
 
     def __init__(self, decoder: Decoder) -> None:
         self.decoder = decoder
         self.vocab_size = decoder.arch.vocab_size
         self.num_layers = decoder.num_layers
         self.device = decoder.device
+        self.exact = decoder.dtype == torch.bfloat16 and self.device.type == "cpu"
         self.windows = sorted({layer.window for layer in decoder.layers}, key=lambda w: (w is not None, w or 0))
         self.cache: KVCache | None = None
 

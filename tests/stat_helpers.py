@@ -1,0 +1,21 @@
+"""Goodness-of-fit helpers shared by the distribution tests."""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import stats
+
+
+def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float:
+    """Chi-square goodness of fit of counts to probabilities (any shape, flattened). Cells expected below 5
+    counts are pooled into one. A count where the probability is 0 fails outright (an impossible outcome)."""
+    observed = np.asarray(observed, dtype=float).ravel()
+    expected_probs = np.asarray(expected_probs, dtype=float).ravel()
+    impossible = expected_probs <= 0
+    assert observed[impossible].sum() == 0, "an outcome with target probability 0 occurred"
+    observed, expected = observed[~impossible], expected_probs[~impossible] * observed.sum()
+    small = expected < 5
+    if small.any():
+        observed = np.append(observed[~small], observed[small].sum())
+        expected = np.append(expected[~small], expected[small].sum())
+    return float(stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
