@@ -28,17 +28,18 @@ def test_most_recent_occurrence_of_the_same_ngram():
     assert cont([5, 1, 8, 5, 1, 9, 0, 5, 1], k=1) == [9]
 
 
-def test_continuation_is_cut_at_k_and_at_the_end():
-    assert cont([1, 2, 3, 1, 2], k=10) == [3, 1, 2]
-    assert cont([7, 7, 7, 7], k=5) == [7]  # the latest earlier "7 7 7" ends right before the last token
+def test_continuation_is_cut_at_k_and_runs_on_periodically_past_the_end():
+    assert cont([1, 2, 3, 1, 2], k=10) == [3, 1, 2, 3, 1, 2, 3, 1, 2, 3]
+    assert cont([1, 2, 3, 1, 2], k=2) == [3, 1]
+    assert cont([7, 7, 7, 7], k=5) == [7, 7, 7, 7, 7]  # the latest earlier "7 7 7" ends right before the last token
 
 
 def test_no_match_and_ngram_min():
     assert cont([1, 2, 3, 4]) == []
     assert cont([1, 2, 3, 9, 3], ngram_min=2) == []  # only a 1-gram matches
-    assert cont([1, 2, 3, 9, 2, 3], ngram_min=2) == [9, 2, 3]
+    assert cont([1, 2, 3, 9, 2, 3], ngram_min=2, k=3) == [9, 2, 3]
     assert cont([4]) == []
-    assert cont([4, 4], k=3) == [4]
+    assert cont([4, 4], k=3) == [4, 4, 4]
 
 
 def test_ngram_longer_than_the_context():
@@ -71,3 +72,12 @@ def test_option_problems(options, message):
     problems = NgramOptions(**options).problems()
     assert len(problems) == 1 and message in problems[0]
     assert NgramOptions().problems() == []
+
+
+def test_periodic_output_gets_a_full_draft():
+    from specdec.drafting.ngram import find_continuation
+
+    tokens = np.array([5, 7, 7, 7, 7])
+    assert find_continuation(tokens, 1, 3, 4) == [7, 7, 7, 7]
+    tokens = np.array([9, 1, 2, 1, 2, 1])
+    assert find_continuation(tokens, 1, 2, 5) == [2, 1, 2, 1, 2]

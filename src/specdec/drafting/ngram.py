@@ -32,16 +32,21 @@ class NgramOptions:
 
 def find_continuation(tokens: np.ndarray, ngram_min: int, ngram_max: int, k: int) -> list[int]:
     """Longest n-gram first (n from ngram_max down to ngram_min): find the latest earlier position where the
-    last n tokens occur, and return up to k tokens that followed it there."""
+    last n tokens occur and return the k tokens that followed it there.
+
+    The copy may run into the context's own end, and then continues with what it has just copied (as an
+    LZ77 decoder does), so periodic output such as `a b a b a` drafts `b a b ...` at full length.
+    """
     length = len(tokens)
     for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
         suffix = tokens[length - n :]
-        # candidate starts s with tokens[s:s+n] == suffix and s + n < length (something follows)
+        # starts s with tokens[s:s+n] == suffix, s + n < length (something follows)
         windows = np.lib.stride_tricks.sliding_window_view(tokens[: length - 1], n)
         hits = np.flatnonzero((windows == suffix).all(axis=1))
         if len(hits):
             start = int(hits[-1]) + n
-            return tokens[start : start + k].tolist()
+            period = length - start
+            return [int(tokens[start + (j % period)]) for j in range(k)]
     return []
 
 
