@@ -14,6 +14,11 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPE_NAMES))
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument(
+        "--threads", type=int, default=None,
+        help="CPU threads for torch (default: torch's choice, one per core). On a CPU shared with other "
+        "busy processes, fewer threads avoid OpenMP spin-wait slowdowns.",
+    )
+    parser.add_argument(
         "--speculative-config",
         default=None,
         help='JSON, vLLM keys, e.g. \'{"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}\'',
@@ -83,6 +88,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "threads", None):
+        import torch
+
+        torch.set_num_threads(args.threads)
     try:
         return int(args.func(args) or 0)
     except ValueError as exc:
