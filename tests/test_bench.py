@@ -58,7 +58,7 @@ def tiny(tmp_path_factory) -> str:
 def loaded(tiny):
     from specdec.models.loading import load_model
 
-    return load_model(tiny, dtype="float32", device="cpu")
+    return load_model(tiny, dtype="bfloat16", device="cpu")
 
 
 @pytest.fixture(scope="module")
@@ -159,7 +159,7 @@ def test_diagnose_reports_target_margin(loaded):
 def test_report_schema_and_identity(report):
     assert REPORT_KEYS <= set(report)
     assert report["method"] == "ngram" and report["speculative_config"]["num_speculative_tokens"] == 4
-    assert report["exact_runtime"] is True and report["dtype"] == "float32" and report["device"] == "cpu"
+    assert report["exact_runtime"] is True and report["dtype"] == "bfloat16" and report["device"] == "cpu"
     assert report["max_new_tokens"] == 16 and report["temperature"] == 0.0
     assert "transformers" not in report
     overall = report["overall"]
@@ -205,7 +205,7 @@ def test_per_category_aggregation(report):
 def test_cli_limit_categories_output(tiny, files, tmp_path, capsys):
     out = tmp_path / "r.json"
     rc = main([
-        "bench", "--prompts", str(files["mixed"]), "--model", tiny, "--dtype", "float32", "--device", "cpu",
+        "bench", "--prompts", str(files["mixed"]), "--model", tiny, "--dtype", "bfloat16", "--device", "cpu",
         "--speculative-config", json.dumps(NGRAM), "--max-new-tokens", "12", "--limit", "2",
         "--categories", "math,writing", "--output", str(out), "--no-progress",
     ])
@@ -223,7 +223,7 @@ def test_cli_limit_categories_output(tiny, files, tmp_path, capsys):
 def test_cli_prompt_lines_with_transformers(tiny, files, tmp_path, capsys):
     out = tmp_path / "r.json"
     rc = main([
-        "bench", "--prompts", str(files["plain"]), "--model", tiny, "--dtype", "float32", "--device", "cpu",
+        "bench", "--prompts", str(files["plain"]), "--model", tiny, "--dtype", "bfloat16", "--device", "cpu",
         "--speculative-config", json.dumps(NGRAM), "--max-new-tokens", "12", "--include-transformers",
         "--output", str(out), "--no-progress",
     ])

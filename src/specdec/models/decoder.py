@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.models.architecture import Architecture
+from specdec.models.fast_linear import linear, linear_float
 from specdec.models.kv_cache import KVCache
 
 
@@ -33,17 +34,6 @@ def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, gemma: bool) -> t
 
 def norm_scale(weight: torch.Tensor, gemma: bool) -> torch.Tensor:
     return (1.0 + weight.float()) if gemma else weight
-
-
-def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """F.linear whose rows do not depend on how many rows share the call.
-
-    On CPU a single row takes a GEMV path whose bfloat16 results differ (in the last bit, for long
-    reductions) from the GEMM path every multi-row call takes; one row is therefore run as two.
-    """
-    if x.shape[0] == 1:
-        return F.linear(torch.cat((x, x)), weight, bias)[:1]
-    return F.linear(x, weight, bias)
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
@@ -210,7 +200,7 @@ class Decoder(nn.Module):
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
         """LM head over final-normed hidden states, returned in float32."""
-        logits = linear(hidden, self.head_weight()).float()
+        logits = linear_float(hidden, self.head_weight())
         cap = self.arch.final_logit_softcap
         if cap:
             logits = torch.tanh(logits / cap) * cap
