@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,11 @@ def kernel() -> Any | None:
     try:
         from torch.utils.cpp_extension import load
 
+        # torch builds with the `ninja` executable; the PyPI package puts it beside this interpreter, which
+        # need not be on PATH when the venv is not activated.
+        bin_dir = str(Path(sys.executable).parent)
+        if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
+            os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         source = Path(__file__).with_name("kernels") / "bf16_rows_linear.cpp"
         logger.info("building the bfloat16 row kernel (once, ~20 s)")
         return load(
