@@ -7,8 +7,6 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import torch
-
 from specdec.drafting.base import Proposer
 from specdec.drafting.registry import get_method
 from specdec.engine.loop import StepOutput, generate_tokens
@@ -159,6 +157,3 @@ def _eos_ids(model: LoadedModel) -> list[int]:
             ids.update(int(v) for v in value)
     return sorted(ids)
 
-
-def default_device() -> str:
-    return "cuda" if torch.cuda.is_available() else "cpu"

@@ -81,6 +81,7 @@ class DraftModelProposer(Proposer):
         self.draft_vocab_size = self.runtime.vocab_size
         self.cached = 0  # how many leading tokens of the sequence the draft cache holds
         self.last_draft_len = 0
+        self.context_len = 0  # sequence length when the last draft was made
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
 

@@ -18,7 +18,7 @@ from specdec.engine.stats import SpecDecodingStats
 from specdec.engine.stopping import Finish, StopChecker
 from specdec.models.runtime import ModelRuntime
 from specdec.sampling_params import SamplingParams
-from specdec.verification import sample, sampling_probs, verify_greedy, verify_sampling
+from specdec.verification import Verification, sample, sampling_probs, verify_greedy, verify_sampling
 
 # Room kept after prompt + max_tokens for one forward's draft tokens; the cache size depends only on the
 # request (never on the method) so that plain and speculative runs attend over identical buffers.
@@ -45,7 +45,9 @@ def _next_token(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 
-def _verify(draft: Draft, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None):
+def _verify(
+    draft: Draft, logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None
+) -> Verification:
     if params.greedy:
         return verify_greedy(draft.tokens, logits)
     target_probs = sampling_probs(logits, params.temperature, params.top_k, params.top_p)
