@@ -30,5 +30,8 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top
 
 
 def sample(probs: torch.Tensor, generator: torch.Generator | None) -> int:
-    """One token from a [V] distribution."""
+    """One token from a [V] distribution. Drawn on the CPU, where the request's generator lives, so a seed
+    gives the same stream on every device."""
+    if probs.device.type != "cpu":
+        probs = probs.cpu()
     return int(torch.multinomial(probs, 1, generator=generator))
