@@ -33,16 +33,19 @@ def run_demo(args: argparse.Namespace) -> int:
     from specdec.api import LLM
     from specdec.sampling_params import SamplingParams
 
-    console = Console()
+    import sys
+
+    console = Console(width=None if sys.stdout.isatty() else 110)
     console.print(f"[bold]loading {args.model}[/bold] (the first run converts the GGUF file once, ~40 s)")
     plain = LLM(model=args.model)
     spec = LLM(loaded=plain.model, speculative_config=DEMO_CONFIG)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     plain.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))  # warm-up
     spec.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))
-    table = Table(title=f"{args.model}, bfloat16 greedy, {args.max_tokens} new tokens, speculative = {DEMO_CONFIG}")
-    for col in ("prompt", "plain tok/s", "spec tok/s", "speedup", "acceptance rate", "mean acc. len", "identical"):
-        table.add_column(col)
+    table = Table(title=f"{args.model}, bfloat16, greedy, {args.max_tokens} new tokens; speculative: {DEMO_CONFIG}")
+    table.add_column("prompt", no_wrap=True, max_width=26)
+    for col in ("plain tok/s", "spec tok/s", "speedup", "acc. rate", "mean acc. len", "identical"):
+        table.add_column(col, justify="right", no_wrap=True)
     total_plain = total_spec = 0.0
     all_identical = True
     for prompt in DEMO_PROMPTS:
@@ -60,7 +63,7 @@ def run_demo(args: argparse.Namespace) -> int:
         console.rule(prompt.splitlines()[0][:80])
         console.print(out.outputs[0].text.strip(), markup=False)
         table.add_row(
-            prompt.splitlines()[0][10:50] + "...", f"{n / (t1 - t0):.1f}", f"{n / (t2 - t1):.1f}",
+            prompt.splitlines()[0].removeprefix("Question: ")[:26], f"{n / (t1 - t0):.1f}", f"{n / (t2 - t1):.1f}",
             f"{(t1 - t0) / (t2 - t1):.2f}x", f"{stats.acceptance_rate:.2f}", f"{stats.mean_acceptance_length:.2f}",
             "yes" if identical else "NO",
         )
