@@ -368,3 +368,16 @@ def test_float32_runtime_does_not_claim_exactness(zoo):
     loaded = zoo.load("llama", "float32")
     assert loaded.new_runtime().exact is False
     assert zoo.load("llama", "bfloat16").new_runtime().exact is True
+
+
+def test_native_family_with_an_unsupported_variant_falls_back_to_transformers(tmp_path):
+    from specdec.models.loading import load_model
+    from tiny_models import make_tiny_model
+
+    path = make_tiny_model(
+        tmp_path, "llama", config_overrides={"rope_parameters": {"rope_type": "dynamic", "rope_theta": 10000.0,
+                                                                   "factor": 2.0}},
+    )
+    loaded = load_model(path, dtype="float32")
+    assert loaded.decoder is None and loaded.hf_model is not None
+    assert loaded.new_runtime().exact is False

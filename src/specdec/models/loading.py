@@ -145,13 +145,18 @@ def load_model(
     tokenizer = AutoTokenizer.from_pretrained(path)
     hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     hf_model.eval()
+    reason = f"no native decoder for {hf_model.config.model_type}"
     if native and is_native(hf_model.config):
-        decoder = decoder_from_hf(hf_model).to(dev)
-        decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
-        decoder.prepare()
-        return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None)
+        try:
+            decoder = decoder_from_hf(hf_model).to(dev)
+        except ValueError as exc:  # a family we know with a variant we do not (e.g. dynamic RoPE)
+            reason = str(exc)
+        else:
+            decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
+            decoder.prepare()
+            return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None)
     if native:
-        logger.warning("no native decoder for %s: using transformers (slower, not bit-exact)", hf_model.config.model_type)
+        logger.warning("%s: using transformers (slower, not bit-exact)", reason)
     return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, None, hf_model.to(dev))
 
 
