@@ -14,8 +14,9 @@ def notes(report: dict[str, Any]) -> list[str]:
     out = []
     if not report["exact_runtime"]:
         out.append(
-            "runtime is NOT exact (transformers fallback): plain and speculative outputs may differ by "
-            "floating-point noise, so token identity is not guaranteed"
+            f"runtime is NOT bit-exact ({report['dtype']} on {report['device']}, or the transformers fallback): "
+            "matmul rounding there depends on how many tokens share a forward, so plain and speculative outputs "
+            "may part at near-ties; each divergence is listed with the target's logit margin"
         )
     if report["temperature"] > 0:
         out.append(
