@@ -273,7 +273,7 @@ def test_table_mentions_inexact_runtime_and_mismatches(report):
     console = Console(record=True, width=200)
     print_report(fake, console)
     text = console.export_text()
-    assert "NOT exact" in text and "differ from our plain" in text and "0.0100" in text
+    assert "NOT bit-exact" in text and "differ from our plain" in text and "0.0100" in text
 
 
 def test_bad_arguments_exit_2(files, capsys):
