@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import types
 import typing
 from dataclasses import dataclass
 from typing import Any
@@ -55,7 +56,7 @@ class SpeculativeConfig:
 
 def _type_ok(value: Any, annotation: Any) -> bool:
     origin = typing.get_origin(annotation)
-    if origin in (typing.Union, getattr(__import__("types"), "UnionType", None)):
+    if origin in (typing.Union, types.UnionType):
         return any(_type_ok(value, a) for a in typing.get_args(annotation))
     if annotation is type(None):
         return value is None

@@ -37,7 +37,7 @@ def norm_scale(weight: torch.Tensor, gemma: bool) -> torch.Tensor:
 
 
 def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """Batched a @ b with the same one-row precaution as `linear`."""
+    """Batched a @ b, a single row run as two (the GEMV/GEMM rounding difference of fast_linear.py)."""
     if a.shape[-2] == 1:
         return torch.matmul(a.expand(*a.shape[:-2], 2, a.shape[-1]), b)[..., :1, :]
     return torch.matmul(a, b)

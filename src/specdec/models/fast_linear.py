@@ -61,25 +61,28 @@ def kernel() -> Any | None:
         return None
 
 
+def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
+    """float32 x @ weight.T (+ bias) through the kernel when it applies, else None."""
+    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[0] > MAX_KERNEL_ROWS:
+        return None
+    k = kernel()
+    if k is None:
+        return None
+    y = k.rows_linear(x, weight)
+    return y if bias is None else y.add_(bias.float())
+
+
 def linear_float(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias) in float32, row-independent for bfloat16 on CPU; x is [M, K]."""
-    if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.shape[0] <= MAX_KERNEL_ROWS:
-        k = kernel()
-        if k is not None:
-            y = k.rows_linear(x, weight)
-            return y if bias is None else y.add_(bias.float())
-    return linear(x, weight, bias).float()
+    y = _kernel_rows(x, weight, bias)
+    return y if y is not None else linear(x, weight, bias).float()
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """x @ weight.T (+ bias) in x's dtype, row-independent for bfloat16 on CPU; x is [M, K]."""
-    if x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.shape[0] <= MAX_KERNEL_ROWS:
-        k = kernel()
-        if k is not None:
-            y = k.rows_linear(x, weight)
-            if bias is not None:
-                y.add_(bias.float())
-            return y.to(torch.bfloat16)
+    y = _kernel_rows(x, weight, bias)
+    if y is not None:
+        return y.to(torch.bfloat16)
     if x.shape[0] == 1 and x.dtype == torch.bfloat16:  # float32 is not exact anyway, and slow as two rows
         return F.linear(torch.cat((x, x)), weight, bias)[:1]
     return F.linear(x, weight, bias)

@@ -82,7 +82,7 @@ def _rows(rows: LogitRows, t: int) -> torch.Tensor | slice | None:
 class NativeRuntime(ModelRuntime):
     """Runs our Decoder over a preallocated, fixed-capacity KVCache.
 
-    Exact across query counts in bfloat16 on CPU (see decoder.linear); float32 matmuls on CPU and GPU
+    Exact across query counts in bfloat16 on CPU (see fast_linear.py); float32 matmuls on CPU and GPU
     kernels round differently for different row counts, so there `exact` is False.
     """
 
