@@ -3,7 +3,14 @@
 A proposer never touches the target's KV cache. Each step it sees the committed tokens plus the pending
 last token, and returns a draft: token ids and, when they were sampled from a distribution, that
 distribution (None means point masses: n-gram continuations, argmax drafts). After verification it is
-told how many of its tokens were accepted, so it can roll back any state of its own.
+told how many of its tokens were accepted (for a tree: which path), so it can roll back any state of its own.
+
+Tree drafts: `tokens` are the nodes in topological order (parents before children), `parents[i]` is the
+index in `tokens` of node i's parent, or -1 when its parent is the root (the pending last token, which is
+not in the draft). `probs` None: every node is a point mass (deterministic top-k children); otherwise row i
+is the distribution node i was drawn from (e.g. siblings i.i.d. from their parent's distribution). The engine
+verifies one forward over [root, *tokens] and keeps one root-to-node path. A tree has fewer than
+MAX_TOKENS_PER_FORWARD nodes; its depth should be at most `max_tokens` (the engine cuts deeper nodes off).
 """
 
 from __future__ import annotations
@@ -63,5 +70,10 @@ class Proposer(ABC):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         """Drafts up to `max_tokens` tokens to follow `tokens` (committed tokens plus the pending last one)."""
 
-    def feedback(self, num_accepted: int, verified: ForwardResult | None = None) -> None:
-        """Told after verification how many draft tokens were accepted, with the target's forward."""
+    def feedback(
+        self, num_accepted: int, verified: ForwardResult | None = None, path: Sequence[int] | None = None
+    ) -> None:
+        """Told after verification how many draft tokens were accepted, with the target's forward over
+        [root, *draft.tokens] (row i + 1 = draft token i). Chains: the first `num_accepted` tokens, path None.
+        Trees: `path` = indices into this proposer's draft of the kept nodes, root to node (len num_accepted);
+        rows of nodes the engine cut off (too deep for max_tokens) are zeros."""

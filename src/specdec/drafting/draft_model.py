@@ -123,7 +123,10 @@ class DraftModelProposer(Proposer):
         self.context_len = len(tokens)
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 
-    def feedback(self, num_accepted: int, verified: ForwardResult | None = None) -> None:
+    def feedback(
+        self, num_accepted: int, verified: ForwardResult | None = None, path: Sequence[int] | None = None
+    ) -> None:
+        # Drafts chains only, so path is always None here.
         if self.last_draft_len == 0:
             return
         # The cache holds the context plus the first k-1 drafted tokens; keep the accepted ones.
