@@ -1,4 +1,5 @@
-"""`specdec generate | bench`: the command line. Subcommands import their heavy modules lazily."""
+"""`specdec generate | bench | bench serve | serve | demo`: the command line. Subcommands import their heavy
+modules lazily."""
 
 from __future__ import annotations
 
@@ -79,14 +80,21 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=cmd_generate)
 
     from specdec.bench.command import add_bench_parser
+    from specdec.bench.serve_load import add_bench_serve_parser
     from specdec.demo import add_demo_parser
+    from specdec.serving.server import add_serve_parser
 
     add_bench_parser(sub)
+    add_bench_serve_parser(sub)
+    add_serve_parser(sub)
     add_demo_parser(sub)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:2] == ["bench", "serve"]:  # `specdec bench serve ...` is the load test, spelled `bench-serve` inside
+        argv = ["bench-serve", *argv[2:]]
     args = build_parser().parse_args(argv)
     if getattr(args, "threads", None):
         import torch

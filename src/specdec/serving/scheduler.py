@@ -1,0 +1,269 @@
+"""The request queue and the one worker thread that runs every generation.
+
+The model is not thread-safe and the engine runs one sequence per forward, so all model work happens on a
+single worker thread. Requests wait in a FIFO queue (at most `max_waiting`; beyond that the server answers
+429) and up to `max_num_seqs` of them run at once, interleaved round-robin one engine step (one
+verification step) at a time: a short request admitted behind a long one gets its first token after one
+step of each running request, not after the long request ends. Each running request has its own slot: a
+runtime with its own KV cache (sized for that request's prompt + max_tokens) and its own proposer, so the
+interleaving cannot change any token (greedy output equals `specdec generate`'s). Slots are created on
+demand, at most `max_num_seqs`, and reused.
+
+A request's handle (Generation) is shared with its HTTP handler: the worker posts one StepEvent per step
+onto the handler's asyncio queue; the handler cancels it when its client disconnects, and the worker drops
+it before its next step (or out of the queue, before it starts).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from specdec.api import LLM
+from specdec.engine.loop import StepOutput, generate_tokens
+from specdec.engine.stats import SpecDecodingStats
+from specdec.sampling_params import SamplingParams
+from specdec.serving.errors import APIError
+from specdec.serving.metrics import ServerMetrics
+
+logger = logging.getLogger("specdec.serving")
+
+
+@dataclass
+class StepEvent:
+    text: str  # the whole output text so far (stop strings cut, EOS left out)
+    num_output_tokens: int
+    finish_reason: str | None = None  # "stop", "length", or "abort" (cancelled)
+    stop_reason: int | str | None = None
+    stats: SpecDecodingStats | None = None  # the request's statistics, on the last event
+    error: BaseException | None = None
+
+
+class Generation:
+    """One request, from its HTTP handler (event loop thread) to the worker and back."""
+
+    def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float,
+                 loop: asyncio.AbstractEventLoop) -> None:
+        self.request_id = request_id
+        self.prompt_ids = prompt_ids
+        self.params = params
+        self.arrival = arrival  # time.monotonic() when the HTTP request arrived
+        self.loop = loop
+        self.events: asyncio.Queue[StepEvent] = asyncio.Queue()
+        self.cancelled = threading.Event()
+        self.done = False  # set by the worker with the last event
+
+    def post(self, event: StepEvent) -> None:
+        if event.finish_reason is not None or event.error is not None:
+            self.done = True
+        try:
+            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
+        except RuntimeError:  # the event loop is closed: the server is shutting down
+            pass
+
+
+@dataclass
+class _Running:
+    gen: Generation
+    slot: LLM
+    steps: Iterator[StepOutput] | None = None
+    last_time: float = 0.0
+    prev: tuple[int, int, int, int] = (0, 0, 0, 0)  # steps, drafts, draft tokens, accepted
+    prev_per_pos: list[int] = field(default_factory=list)
+
+
+class Scheduler:
+    def __init__(self, make_slot: Callable[[], LLM], metrics: ServerMetrics, max_num_seqs: int = 4,
+                 max_waiting: int = 64, threads: int | None = None) -> None:
+        if max_num_seqs < 1 or max_waiting < 0:
+            raise ValueError("max_num_seqs must be >= 1 and max_waiting >= 0")
+        self.make_slot = make_slot
+        self.metrics = metrics
+        self.max_num_seqs = max_num_seqs
+        self.max_waiting = max_waiting
+        self.threads = threads
+        self.cond = threading.Condition()
+        self.waiting: deque[Generation] = deque()
+        self.running: list[_Running] = []
+        self.idle_slots: list[LLM] = []
+        self.num_slots = 0
+        self.active = 0  # requests submitted and not yet retired (running + waiting + being admitted)
+        self.stopping = False
+        self.thread: threading.Thread | None = None
+
+    # ---- called from the event loop ----
+
+    def submit(self, gen: Generation) -> None:
+        with self.cond:
+            if self.stopping:
+                raise APIError(503, "the server is shutting down", code="shutting_down")
+            if self.active >= self.max_num_seqs + self.max_waiting:
+                raise APIError(
+                    429,
+                    f"too many requests: {self.active} in flight, the most this server takes (--max-num-seqs "
+                    f"{self.max_num_seqs} running + --max-waiting {self.max_waiting} queued); retry later",
+                    code="queue_full",
+                )
+            self.active += 1
+            self.waiting.append(gen)
+            self.metrics.waiting_gauge.set(len(self.waiting))
+            self.cond.notify()
+
+    def cancel(self, gen: Generation) -> None:
+        if gen.done:
+            return
+        gen.cancelled.set()
+        with self.cond:
+            self.cond.notify()
+
+    @property
+    def alive(self) -> bool:
+        return self.thread is not None and self.thread.is_alive()
+
+    def start(self) -> None:
+        self.thread = threading.Thread(target=self._run, name="specdec-worker", daemon=True)
+        self.thread.start()
+
+    def stop(self, timeout: float = 10.0) -> None:
+        with self.cond:
+            self.stopping = True
+            self.cond.notify()
+        if self.thread is not None:
+            self.thread.join(timeout)
+
+    def add_slot(self, slot: LLM) -> None:
+        """Hands over an already built slot (the one the server warmed up with)."""
+        with self.cond:
+            self.idle_slots.append(slot)
+            self.num_slots += 1
+
+    # ---- the worker thread ----
+
+    def _run(self) -> None:
+        if self.threads:
+            import torch
+
+            torch.set_num_threads(self.threads)  # OpenMP settings are per thread: set them here too
+        while True:
+            with self.cond:
+                while True:
+                    if self.stopping:
+                        self._abort_all()
+                        return
+                    self._drop_cancelled_waiting()
+                    admitted = []
+                    while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
+                        admitted.append(self.waiting.popleft())
+                    if admitted or self.running:
+                        break
+                    self.cond.wait()
+                self.metrics.waiting_gauge.set(len(self.waiting))
+            for gen in admitted:
+                self._admit(gen)
+            self.metrics.running_gauge.set(len(self.running))
+            for entry in list(self.running):  # one step each: round-robin
+                try:
+                    self._step(entry)
+                except Exception as exc:  # a bug or a model failure: fail this request, keep serving
+                    logger.exception("request %s failed", entry.gen.request_id)
+                    entry.gen.post(StepEvent("", 0, error=exc))
+                    self._release(entry)
+                    self._retire()
+            self.metrics.running_gauge.set(len(self.running))
+
+    def _drop_cancelled_waiting(self) -> None:
+        kept = deque(g for g in self.waiting if not g.cancelled.is_set())
+        for gen in self.waiting:
+            if gen.cancelled.is_set():
+                self._record_abort(gen)
+        self.waiting = kept
+
+    def _admit(self, gen: Generation) -> None:
+        try:
+            if self.idle_slots:
+                slot = self.idle_slots.pop()
+            else:
+                slot = self.make_slot()
+                self.num_slots += 1
+        except Exception as exc:
+            logger.exception("could not build a generation slot")
+            gen.post(StepEvent("", 0, error=exc))
+            self._retire()
+            return
+        self.running.append(_Running(gen, slot))
+
+    def _step(self, entry: _Running) -> None:
+        gen, m = entry.gen, self.metrics
+        if gen.cancelled.is_set():
+            self._record_abort(gen)
+            self._release(entry)
+            return
+        if entry.steps is None:
+            slot = entry.slot
+            entry.steps = generate_tokens(slot.runtime, slot.proposer, gen.prompt_ids, gen.params, slot.tokenizer,
+                                          slot.eos_token_ids, slot.max_model_len)
+            m.h["queue_time"].observe(time.monotonic() - gen.arrival)
+            m.c["prompt_tokens"].inc(len(gen.prompt_ids))
+        out = next(entry.steps)
+        now = time.monotonic()
+        s = out.stats
+        counts = (s.num_steps, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens)
+        d = [a - b for a, b in zip(counts, entry.prev)]
+        per_pos = [a - (entry.prev_per_pos[i] if i < len(entry.prev_per_pos) else 0)
+                   for i, a in enumerate(s.accepted_per_position)]
+        m.record_step(d[0], d[1], d[2], d[3], per_pos)
+        entry.prev, entry.prev_per_pos = counts, list(s.accepted_per_position)
+        n = len(out.new_token_ids)
+        m.record_tokens(n)
+        if entry.last_time == 0.0:
+            m.h["ttft"].observe(now - gen.arrival)
+        elif n:
+            gap = (now - entry.last_time) / n
+            for _ in range(n):
+                m.h["itl"].observe(gap)
+        entry.last_time = now
+        finish = out.finish
+        event = StepEvent(out.checker.text(), len(out.checker.output))
+        if finish is not None:
+            event.finish_reason, event.stop_reason = finish.reason, finish.stop_reason
+            event.stats = _copy_stats(s)
+            m.h["e2e"].observe(now - gen.arrival)
+            m.request_success.labels(**m.labels, finished_reason=finish.reason).inc()
+            self._release(entry)
+            self._retire()
+        gen.post(event)
+
+    def _record_abort(self, gen: Generation) -> None:
+        self.metrics.request_success.labels(**self.metrics.labels, finished_reason="abort").inc()
+        gen.post(StepEvent("", 0, finish_reason="abort"))
+        self._retire()
+
+    def _retire(self) -> None:
+        with self.cond:
+            self.active -= 1
+
+    def _release(self, entry: _Running) -> None:
+        if entry in self.running:
+            self.running.remove(entry)
+        if entry.steps is not None:
+            entry.steps.close()
+        self.idle_slots.append(entry.slot)
+
+    def _abort_all(self) -> None:
+        for entry in list(self.running):
+            self._record_abort(entry.gen)
+            self._release(entry)
+        for gen in self.waiting:
+            self._record_abort(gen)
+        self.waiting.clear()
+
+
+def _copy_stats(s: SpecDecodingStats) -> SpecDecodingStats:
+    out = SpecDecodingStats()
+    out.merge(s)
+    return out

@@ -1,0 +1,123 @@
+"""`specdec serve`: loads the model once, warms it up, and serves the OpenAI API with uvicorn.
+
+    specdec serve --model M --speculative-config '{"method": "ngram", "num_speculative_tokens": 5}' \\
+        --host 127.0.0.1 --port 8000 [--threads 1] [--max-num-seqs 4] [--max-waiting 64] ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import logging
+import sys
+import time
+
+DESCRIPTION = """\
+An OpenAI-compatible server (FastAPI + uvicorn) over the speculative engine: /v1/completions,
+/v1/chat/completions, /v1/models, /health, /version and Prometheus /metrics. Generations run on one worker
+thread, up to --max-num-seqs at a time interleaved step by step (FIFO admission); up to --max-waiting more
+wait in the queue, and beyond that requests get 429."""
+
+
+def add_serve_parser(sub: argparse._SubParsersAction) -> None:
+    from specdec.cli import add_model_args
+
+    p = sub.add_parser("serve", help="OpenAI-compatible HTTP server with speculative decoding and /metrics",
+                       description=DESCRIPTION, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_model_args(p)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--served-model-name", default=None, help="the `model` clients send (default: --model)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="longest prompt + max_tokens (default: the model's max_position_embeddings)")
+    p.add_argument("--max-prompt-tokens", type=int, default=None,
+                   help="longest prompt accepted (default: max-model-len - 1)")
+    p.add_argument("--max-tokens-limit", type=int, default=2048,
+                   help="largest max_tokens a request may ask for; also the chat default (default 2048)")
+    p.add_argument("--max-num-seqs", type=int, default=4,
+                   help="requests generating at once, interleaved step by step; each holds a KV cache (default 4)")
+    p.add_argument("--max-waiting", type=int, default=64, help="requests queued beyond those (default 64); then 429")
+    p.add_argument("--metrics-window", type=float, default=60.0,
+                   help="seconds covered by the acceptance-rate and efficiency gauges (default 60)")
+    p.add_argument("--no-warmup", action="store_true", help="skip the short generation run before serving")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    p.set_defaults(func=cmd_serve)
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    problems = []
+    for name in ("max_num_seqs", "max_tokens_limit"):
+        if getattr(args, name) < 1:
+            problems.append(f"--{name.replace('_', '-')} must be >= 1")
+    if args.max_waiting < 0:
+        problems.append("--max-waiting must be >= 0")
+    for name in ("max_model_len", "max_prompt_tokens"):
+        value = getattr(args, name)
+        if value is not None and value < 2:
+            problems.append(f"--{name.replace('_', '-')} must be >= 2")
+    if not args.metrics_window > 0:
+        problems.append("--metrics-window must be > 0")
+    if not 0 <= args.port <= 65535:
+        problems.append("--port must be in [0, 65535]")
+    if problems:
+        raise ValueError("; ".join(problems))
+
+
+def build_state(args: argparse.Namespace):
+    """Loads the model and builds everything the app needs (without starting the worker)."""
+    from specdec.api import LLM
+    from specdec.cli import parse_speculative_config
+    from specdec.sampling_params import SamplingParams
+    from specdec.serving.app import ServerState
+    from specdec.serving.metrics import ServerMetrics
+    from specdec.serving.scheduler import Scheduler
+    from specdec.serving.schemas import Limits
+
+    _check_args(args)
+    config = parse_speculative_config(args.speculative_config)
+    llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
+              max_model_len=args.max_model_len)
+    if llm.max_model_len is None:
+        raise ValueError("the model does not say its context length: pass --max-model-len")
+    max_model_len = int(llm.max_model_len)
+    limits = Limits(
+        max_model_len=max_model_len,
+        max_prompt_tokens=min(args.max_prompt_tokens or max_model_len - 1, max_model_len - 1),
+        max_tokens_limit=min(args.max_tokens_limit, max_model_len - 1),
+        vocab_size=llm.model.vocab_size,
+    )
+    if not args.no_warmup:  # builds the row kernel if needed and touches every weight once
+        llm.generate(["Hello"], SamplingParams(temperature=0, max_tokens=4))
+    name = args.served_model_name or args.model
+    k = config.num_speculative_tokens if config is not None else 0
+    metrics = ServerMetrics(name, k, args.metrics_window)
+
+    def make_slot() -> LLM:
+        return LLM(loaded=llm.model, speculative_config=config, max_model_len=max_model_len)
+
+    scheduler = Scheduler(make_slot, metrics, max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting,
+                          threads=args.threads)
+    scheduler.add_slot(llm)
+    return ServerState(
+        model_name=name, model_path=llm.model.name, tokenizer=copy.deepcopy(llm.tokenizer), limits=limits,
+        scheduler=scheduler, metrics=metrics, speculative_config=config.to_dict() if config else None,
+        created=int(time.time()),
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from specdec.serving.app import create_app
+
+    logging.basicConfig(level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    started = time.perf_counter()
+    state = build_state(args)
+    app = create_app(state)
+    spec = state.speculative_config or "none (plain decoding)"
+    print(f"specdec serve: {state.model_name!r} ready in {time.perf_counter() - started:.1f} s; speculative config: "
+          f"{spec}; max_model_len {state.limits.max_model_len}, max prompt {state.limits.max_prompt_tokens} tokens, "
+          f"max_tokens <= {state.limits.max_tokens_limit}; {args.max_num_seqs} running + {args.max_waiting} queued; "
+          f"http://{args.host}:{args.port}/v1", file=sys.stderr, flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level, timeout_graceful_shutdown=5)
+    return 0
