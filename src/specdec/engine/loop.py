@@ -1,7 +1,8 @@
 """One request through the speculative loop: prefill, then propose -> verify -> commit until it stops.
 
 Plain decoding is the same loop with no proposer (an empty draft every step), over the same runtime:
-that is the baseline every speedup is measured against, and what greedy output must equal.
+that is the baseline every speedup is measured against, and what greedy output must equal. Tree drafts
+(Draft.parents set) take tree_step.py's path through the same loop.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch
 from specdec.drafting.base import EMPTY_DRAFT, Draft, Proposer
 from specdec.engine.stats import SpecDecodingStats
 from specdec.engine.stopping import Finish, StopChecker
+from specdec.engine.tree_step import tree_step
 from specdec.models.runtime import ModelRuntime
 from specdec.sampling_params import SamplingParams
 from specdec.verification import Verification, sample, sampling_probs, verify_greedy, verify_sampling
@@ -98,23 +100,28 @@ def generate_tokens(
         room = params.max_tokens - len(checker.output) - 1  # the step's own token always comes on top
         t0 = time.perf_counter()
         draft = proposer.propose(tokens, room) if proposer is not None and room > 0 else EMPTY_DRAFT
-        if draft.parents is not None:
-            raise NotImplementedError("tree drafts need tree verification, which this engine does not have yet")
-        if len(draft) > room:
-            raise RuntimeError(f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {room} allowed")
         t1 = time.perf_counter()
-        verified = runtime.forward([token, *draft.tokens], parents=None, capture=capture)
-        outcome = _verify(draft, verified.logits, params, generator)
-        runtime.commit(range(outcome.num_accepted + 1))
-        if proposer is not None:
-            proposer.feedback(outcome.num_accepted, verified)
+        if draft.parents is not None and proposer is not None:
+            num_draft, produced = tree_step(
+                runtime, proposer, draft, token, room, MAX_TOKENS_PER_FORWARD - 1, params, generator, capture
+            )
+        else:
+            if len(draft) > room:
+                raise RuntimeError(
+                    f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {room} allowed"
+                )
+            verified = runtime.forward([token, *draft.tokens], parents=None, capture=capture)
+            outcome = _verify(draft, verified.logits, params, generator)
+            runtime.commit(range(outcome.num_accepted + 1))
+            if proposer is not None:
+                proposer.feedback(outcome.num_accepted, verified)
+            num_draft, produced = len(draft), [*draft.tokens[: outcome.num_accepted], outcome.next_token]
         t2 = time.perf_counter()
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
-        stats.record_step(len(draft), outcome.num_accepted)
-        produced = [*draft.tokens[: outcome.num_accepted], outcome.next_token]
+        stats.record_step(num_draft, len(produced) - 1)  # a tree's accepted count is its kept path's length
         tokens.extend(produced)
-        token = outcome.next_token
+        token = produced[-1]
         new = checker.extend(produced)
         stats.num_generated_tokens = len(checker.output)
         stats.total_seconds = time.perf_counter() - start
