@@ -53,10 +53,10 @@ def tree_step(
 
     Nodes deeper than `room` could only be accepted past max_tokens, so they are cut before the forward.
     """
+    if len(draft) > max_nodes:  # checked before the cut, so it does not depend on how far max_tokens is
+        raise RuntimeError(f"{type(proposer).__name__} drafted a tree of {len(draft)} nodes, more than {max_nodes}")
     tree, kept = prune_to_depth(draft, room)
     assert tree.parents is not None
-    if len(tree) > max_nodes:
-        raise RuntimeError(f"{type(proposer).__name__} drafted a tree of {len(tree)} nodes, more than {max_nodes}")
     parents = [-1, *(p + 1 for p in tree.parents)]
     verified = runtime.forward([token, *tree.tokens], parents=parents, capture=capture)
     assert verified.logits is not None
