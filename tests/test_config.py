@@ -44,14 +44,17 @@ def test_from_json():
 
 
 def test_unknown_method_lists_the_methods():
-    with pytest.raises(ValueError, match=r"unknown speculative method 'medusa'; available: draft_model, ngram"):
-        SpeculativeConfig.from_dict({"method": "medusa"})
-    assert available_methods() == ["draft_model", "ngram"]
+    listed = ", ".join(available_methods())
+    with pytest.raises(ValueError, match=rf"unknown speculative method 'lookahead'; available: {listed}"):
+        SpeculativeConfig.from_dict({"method": "lookahead"})
+    assert {"draft_model", "ngram", "eagle3"} <= set(available_methods())
+    assert available_methods() == sorted(available_methods())
     assert get_method("ngram").Options is NgramOptions
 
 
 def test_missing_method_lists_the_methods():
-    with pytest.raises(ValueError, match=r"needs 'method' \(one of: draft_model, ngram\)"):
+    listed = ", ".join(available_methods())
+    with pytest.raises(ValueError, match=rf"needs 'method' \(one of: {listed}\)"):
         SpeculativeConfig.from_dict({"num_speculative_tokens": 3})
 
 

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from specdec.drafting.base import EMPTY_DRAFT, Draft, Proposer
+from specdec.drafting.tree import tree_depths
 from specdec.engine.stats import SpecDecodingStats
 from specdec.engine.stopping import Finish, StopChecker
 from specdec.engine.tree_step import tree_step
@@ -105,6 +106,7 @@ def generate_tokens(
             num_draft, produced = tree_step(
                 runtime, proposer, draft, token, room, MAX_TOKENS_PER_FORWARD - 1, params, generator, capture
             )
+            positions = min(max(tree_depths(draft.parents), default=0), room)
         else:
             if len(draft) > room:
                 raise RuntimeError(
@@ -116,10 +118,11 @@ def generate_tokens(
             if proposer is not None:
                 proposer.feedback(outcome.num_accepted, verified)
             num_draft, produced = len(draft), [*draft.tokens[: outcome.num_accepted], outcome.next_token]
+            positions = num_draft
         t2 = time.perf_counter()
         stats.draft_seconds += t1 - t0
         stats.verify_seconds += t2 - t1
-        stats.record_step(num_draft, len(produced) - 1)  # a tree's accepted count is its kept path's length
+        stats.record_step(num_draft, len(produced) - 1, positions)  # a tree's accepted count: its kept path
         tokens.extend(produced)
         token = produced[-1]
         new = checker.extend(produced)

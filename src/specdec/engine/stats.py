@@ -28,13 +28,15 @@ class SpecDecodingStats:
     verify_seconds: float = 0.0
     total_seconds: float = 0.0
 
-    def record_step(self, num_draft: int, num_accepted: int) -> None:
+    def record_step(self, num_draft: int, num_accepted: int, positions: int | None = None) -> None:
+        """`positions`: how many draft positions the step offered; a chain's length (the default) or a
+        tree's depth, so acceptance per position reads the same for both."""
         self.num_steps += 1
         if num_draft:
             self.num_drafts += 1
             self.num_draft_tokens += num_draft
             self.num_accepted_tokens += num_accepted
-        _add_ones(self.drafted_per_position, num_draft)
+        _add_ones(self.drafted_per_position, num_draft if positions is None else positions)
         _add_ones(self.accepted_per_position, num_accepted)
 
     def merge(self, other: SpecDecodingStats) -> SpecDecodingStats:

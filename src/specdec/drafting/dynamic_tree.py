@@ -1,0 +1,63 @@
+"""EAGLE-2 style dynamic draft trees, independent of the network that scores them.
+
+Grow: the root's top-k children form the first frontier; each round feeds the frontier to the drafter
+(one forward), gives every fed node its top-k children with cumulative log-probabilities, and keeps the
+global top-k of those as the next frontier. Rerank: keep the `total` best nodes of everything generated.
+Scores only fall along a path, so that set is a subtree; orphans (possible on exact ties) are dropped.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass
+class TreeNode:
+    token: int  # draft-vocabulary id
+    parent: int  # index in the node list, -1 = root
+    score: float  # cumulative log-probability of the path
+    depth: int  # 1 = child of the root
+
+
+# feeds frontier nodes (indices into the node list) to the drafter and returns their log-probs [n, draft_vocab]
+Expand = Callable[[list[int], list[TreeNode]], torch.Tensor]
+
+
+def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int) -> list[TreeNode]:
+    """Returns the selected nodes in topological order with parents re-indexed into the returned list."""
+    nodes: list[TreeNode] = []
+    scores, tokens = root_logprobs.topk(min(top_k, root_logprobs.numel()))
+    frontier = []
+    for s, t in zip(scores.tolist(), tokens.tolist()):
+        frontier.append(len(nodes))
+        nodes.append(TreeNode(t, -1, s, 1))
+    for level in range(2, depth + 1):
+        logprobs = expand(frontier, nodes)  # [len(frontier), V]
+        parent_scores = torch.tensor([nodes[i].score for i in frontier], dtype=logprobs.dtype)
+        child_lp, child_tok = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
+        cumulative = child_lp + parent_scores[:, None]
+        children = []
+        for row, parent in enumerate(frontier):
+            for s, t in zip(cumulative[row].tolist(), child_tok[row].tolist()):
+                children.append(len(nodes))
+                nodes.append(TreeNode(t, parent, s, level))
+        best = sorted(children, key=lambda i: -nodes[i].score)[:top_k]
+        frontier = sorted(best)
+    return select_subtree(nodes, total)
+
+
+def select_subtree(nodes: list[TreeNode], total: int) -> list[TreeNode]:
+    keep = set(sorted(range(len(nodes)), key=lambda i: -nodes[i].score)[:total])
+    order = [i for i in range(len(nodes)) if i in keep]  # creation order is topological
+    index: dict[int, int] = {}
+    out: list[TreeNode] = []
+    for i in order:
+        node = nodes[i]
+        if node.parent != -1 and node.parent not in index:
+            continue  # orphan: its parent lost a tie at the cut
+        index[i] = len(out)
+        out.append(TreeNode(node.token, -1 if node.parent == -1 else index[node.parent], node.score, node.depth))
+    return out

@@ -1,0 +1,197 @@
+"""EAGLE-3 drafting: chains (top-1, K tokens) and dynamic draft trees (EAGLE-2 style).
+
+The drafter keeps its own KV cache over committed positions only: position t holds the entry computed
+from the target's fused features at t and the token at t + 1. Each step it first ingests the positions
+the last verification committed (their target features arrive through `feedback`), then drafts; the
+entries of drafted tokens are discarded afterwards, since the target's features replace them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import torch
+
+from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.dynamic_tree import TreeNode, grow_tree
+from specdec.drafting.eagle3_format import load_eagle3
+from specdec.drafting.eagle3_model import DraftKVCache
+from specdec.drafting.registry import register
+from specdec.verification.probabilities import sample, sampling_probs
+
+if TYPE_CHECKING:
+    from specdec.models.loading import LoadedModel
+    from specdec.models.runtime import ForwardResult
+    from specdec.sampling_params import SamplingParams
+
+DRAFTERS_DIR = Path(__file__).resolve().parents[3] / "drafters"
+
+
+def resolve_drafter_path(model: str) -> Path:
+    """A drafter directory, or the name of one shipped in the repository's drafters/ folder."""
+    path = Path(model).expanduser()
+    if path.is_dir():
+        return path
+    shipped = DRAFTERS_DIR / model
+    if shipped.is_dir():
+        return shipped
+    raise ValueError(f"drafter not found: {model!r} is neither a directory nor a drafter in {DRAFTERS_DIR}")
+
+
+@dataclass
+class Eagle3Options:
+    model: str
+    num_speculative_tokens: int = 5  # chain length; the tree's depth when tree_top_k > 1
+    tree_top_k: int = 1  # children per expanded node (SGLang --speculative-eagle-topk); 1 = chain
+    tree_num_draft_tokens: int = 16  # nodes kept after reranking (SGLang --speculative-num-draft-tokens)
+
+    def problems(self) -> list[str]:
+        out = []
+        if not 1 <= self.num_speculative_tokens <= 32:
+            out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
+        if not 1 <= self.tree_top_k <= 32:
+            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
+        if not 1 <= self.tree_num_draft_tokens <= 63:
+            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
+        return out
+
+
+@register("eagle3")
+class Eagle3Proposer(Proposer):
+    Options = Eagle3Options
+
+    def __init__(self, options: Eagle3Options, target: LoadedModel) -> None:
+        super().__init__(options, target)
+        if target.decoder is None:
+            raise ValueError("eagle3 needs the target's hidden states, which only the native runtime provides")
+        drafter, _ = load_eagle3(resolve_drafter_path(options.model), target)
+        decoder = target.decoder
+        self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
+        self.drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
+        self.target_layers = tuple(drafter.config.aux_layer_ids)
+        self.cache: DraftKVCache | None = None
+        self.pending: torch.Tensor | None = None  # fused-input features of committed positions not yet ingested
+        self.sampling: SamplingParams | None = None
+        self.generator: torch.Generator | None = None
+        self.vocab_size = target.vocab_size
+
+    @property
+    def is_tree(self) -> bool:
+        return self.options.tree_top_k > 1
+
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, generator: torch.Generator | None,
+              capacity: int, prefill: ForwardResult | None = None) -> None:
+        if prefill is None:
+            raise ValueError("eagle3 needs the target's prefill forward")
+        c = self.drafter.config
+        room = self.options.num_speculative_tokens * max(self.options.tree_top_k, 1) + 8
+        self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room, self.target.dtype,
+                                  self.target.device)
+        self.pending = self._features(prefill, range(len(prompt)))
+        self.sampling, self.generator = sampling, generator
+
+    def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
+        return torch.cat([result.hidden[i][index] for i in self.target_layers], dim=-1)
+
+    @torch.inference_mode()
+    def _ingest(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Runs the committed positions whose features are pending; returns the last one's output [1, H]."""
+        assert self.cache is not None and self.pending is not None
+        start, n = self.cache.length, self.pending.shape[0]
+        if start + n + 1 != len(tokens):
+            raise RuntimeError(f"eagle3 state out of step: {start} + {n} ingested, {len(tokens)} tokens")
+        dev = self.target.device
+        nxt = torch.as_tensor(list(tokens[start + 1 :]), dtype=torch.long, device=dev)
+        positions = torch.arange(start, start + n, device=dev)
+        visible = torch.ones(n, start + n, dtype=torch.bool, device=dev)
+        visible[:, start:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
+        out = self.drafter.step(self.drafter.fuse(self.pending), nxt, positions, self.cache, visible)
+        self.pending = None
+        return out[-1:]
+
+    def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        """Next chain token (target id) from draft-vocab logits [Vd]; q over the target vocab when sampling."""
+        s = self.sampling
+        if s is None or s.greedy:
+            return int(self.drafter.draft_to_target(logits.argmax())), None
+        full = logits.new_full((self.vocab_size,), float("-inf"))
+        full[self.drafter.draft_to_target(torch.arange(logits.numel(), device=logits.device))] = logits
+        q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
+        return sample(q, self.generator), q
+
+    @torch.inference_mode()
+    def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
+        assert self.cache is not None
+        h = self._ingest(tokens)
+        context = self.cache.length
+        depth = min(self.options.num_speculative_tokens, max_tokens)
+        if depth <= 0:
+            return Draft(tokens=[])
+        logits = self.drafter.draft_logits(h)[0]
+        try:
+            if self.is_tree:
+                return self._tree(h, logits, context, depth)
+            return self._chain(h, logits, context, depth)
+        finally:
+            self.cache.truncate(context)
+
+    def _chain(self, h: torch.Tensor, logits: torch.Tensor, context: int, k: int) -> Draft:
+        assert self.cache is not None
+        dev = self.target.device
+        drafted, probs = [], []
+        for i in range(k):
+            token, q = self._pick(logits)
+            drafted.append(token)
+            if q is not None:
+                probs.append(q)
+            if i == k - 1:
+                break
+            visible = torch.ones(1, self.cache.length + 1, dtype=torch.bool, device=dev)
+            h = self.drafter.step(h, torch.tensor([token], device=dev), torch.tensor([context + i], device=dev),
+                                  self.cache, visible)
+            logits = self.drafter.draft_logits(h)[0]
+        return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
+
+    def _tree(self, h_root: torch.Tensor, logits: torch.Tensor, context: int, depth: int) -> Draft:
+        assert self.cache is not None
+        dev = self.target.device
+        slot: dict[int, int] = {}  # node index -> its cache entry
+        hidden: dict[int, torch.Tensor] = {}  # node index -> drafter output after feeding it
+
+        def expand(frontier: list[int], nodes: list[TreeNode]) -> torch.Tensor:
+            assert self.cache is not None
+            start, n = self.cache.length, len(frontier)
+            visible = torch.zeros(n, start + n, dtype=torch.bool, device=dev)
+            visible[:, :context] = True
+            for row, i in enumerate(frontier):
+                visible[row, start + row] = True
+                p = nodes[i].parent
+                while p != -1:
+                    visible[row, slot[p]] = True
+                    p = nodes[p].parent
+            h_in = torch.cat([hidden[nodes[i].parent] if nodes[i].parent != -1 else h_root for i in frontier])
+            toks = self.drafter.draft_to_target(torch.tensor([nodes[i].token for i in frontier], device=dev))
+            positions = torch.tensor([context + nodes[i].depth - 1 for i in frontier], device=dev)
+            out = self.drafter.step(h_in, toks, positions, self.cache, visible)
+            for row, i in enumerate(frontier):
+                slot[i] = start + row
+                hidden[i] = out[row : row + 1]
+            return torch.log_softmax(self.drafter.draft_logits(out), dim=-1).cpu()
+
+        root = torch.log_softmax(logits, dim=-1).cpu()
+        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens)
+        ids = self.drafter.draft_to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
+        return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
+
+    def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
+                 path: Sequence[int] | None = None) -> None:
+        if verified is None:
+            raise RuntimeError("eagle3 needs the verification forward's hidden states")
+        kept = [0, *(i + 1 for i in path)] if path is not None else list(range(num_accepted + 1))
+        new = self._features(verified, kept)
+        # a step without a draft (no room left) still commits rows: keep them after any not yet ingested
+        self.pending = new if self.pending is None else torch.cat([self.pending, new])

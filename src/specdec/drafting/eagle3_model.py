@@ -1,0 +1,244 @@
+"""The EAGLE-3 draft network: fused target features + token embedding -> one decoder layer -> draft vocab.
+
+Layout and parameter names follow vLLM `speculators` (`fc`, `layers.0.{self_attn,mlp,hidden_norm,...}`,
+`norm`, `d2t`, `t2d`) so the weights load there too. The target's embedding and LM head are used frozen
+and are never stored here: `attach_target` gives the module views of them (the LM head rows of the draft
+vocabulary), which is why the saved drafter stays small.
+
+Two forwards share the layer: `train_unrolled` (training-time test, see `specdec.training.eagle3_trainer`)
+and `step` (inference against an explicit KV cache with an arbitrary attention mask, for chains and trees).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class Eagle3Config:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    vocab_size: int  # the target's
+    draft_vocab_size: int
+    target_hidden_size: int
+    aux_layer_ids: list[int] = field(default_factory=list)  # residual stream entering these target layers
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 32768
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Llama-style RoPE (halves rotated) on [heads, n, head_dim] at integer `positions` [n]."""
+    half = x.shape[-1] // 2
+    inv = 1.0 / (theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half))
+    ang = positions.to(torch.float32)[:, None] * inv[None]
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+class Eagle3Attention(nn.Module):
+    def __init__(self, c: Eagle3Config) -> None:
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(2 * c.hidden_size, c.num_attention_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
+
+    def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """[n, 2H] -> q [heads, n, d], k and v [kv_heads, n, d], RoPE applied."""
+        c, n = self.c, x.shape[0]
+        q = self.q_proj(x).view(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
+        k = self.k_proj(x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        v = self.v_proj(x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        return rotate(q, positions, c.rope_theta), rotate(k, positions, c.rope_theta), v
+
+    def out(self, attn: torch.Tensor) -> torch.Tensor:
+        """[heads, n, d] -> [n, H]"""
+        return self.o_proj(attn.transpose(0, 1).reshape(attn.shape[1], -1))
+
+
+class Eagle3MLP(nn.Module):
+    def __init__(self, c: Eagle3Config) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Eagle3Layer(nn.Module):
+    def __init__(self, c: Eagle3Config) -> None:
+        super().__init__()
+        self.hidden_norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.input_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.self_attn = Eagle3Attention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.mlp = Eagle3MLP(c)
+
+
+class RMSNorm(nn.Module):
+    """RMSNorm computed in float32 whatever the input dtype (bf16 autocast in training, bf16 inference)."""
+
+    def __init__(self, size: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(size))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
+
+
+def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
+    return x.repeat_interleave(heads // x.shape[0], dim=0) if x.shape[0] != heads else x
+
+
+class Eagle3Drafter(nn.Module):
+    def __init__(self, c: Eagle3Config) -> None:
+        super().__init__()
+        self.config = c
+        self.fc = nn.Linear(len(c.aux_layer_ids) * c.target_hidden_size, c.hidden_size, bias=False)
+        self.layers = nn.ModuleList([Eagle3Layer(c)])
+        self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        # draft id d -> target id d + d2t[d]; t2d[t] says whether target id t is in the draft vocab
+        self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(c.vocab_size, dtype=torch.bool))
+        self._embed: torch.Tensor | None = None
+        self._embed_scale: float = 1.0
+        self._head: torch.Tensor | None = None
+
+    # -- frozen target parts -------------------------------------------------------------------------
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """`target_ids` [draft_vocab] ascending: the target tokens the drafter can propose."""
+        ids = torch.as_tensor(target_ids, dtype=torch.long)
+        if ids.numel() != self.config.draft_vocab_size:
+            raise ValueError(f"{ids.numel()} draft tokens for draft_vocab_size {self.config.draft_vocab_size}")
+        self.d2t.copy_(ids - torch.arange(ids.numel()))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_to_draft(self) -> torch.Tensor:
+        """[vocab] draft index of each target id, -1 outside the draft vocab."""
+        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
+        index[ids] = torch.arange(ids.numel(), device=ids.device)
+        return index
+
+    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float) -> None:
+        """Frozen views of the target's embedding and LM head (rows of the draft vocab), never trained."""
+        self._embed = embed_weight.detach()
+        self._embed_scale = embed_scale
+        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
+        self._head = head_weight.detach()[ids.to(head_weight.device)].contiguous()
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self._embed is None:
+            raise RuntimeError("attach_target() first: the drafter uses the target's embedding")
+        return F.embedding(tokens, self._embed) * self._embed_scale
+
+    def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm + the target's LM head restricted to the draft vocab, in float32."""
+        assert self._head is not None
+        x = self.norm(h)
+        return F.linear(x.to(self._head.dtype), self._head).float()
+
+    def draft_logits_from_normed(self, normed: torch.Tensor) -> torch.Tensor:
+        """The target's own logits over the draft vocab from its final-normed hidden states (training targets)."""
+        assert self._head is not None
+        return F.linear(normed.to(self._head.dtype), self._head).float()
+
+    def fuse(self, features: torch.Tensor) -> torch.Tensor:
+        """[n, len(aux) * target_H] concatenated target features -> [n, H]."""
+        return self.fc(features.to(self.fc.weight.dtype))
+
+    # -- the layer -------------------------------------------------------------------------------------
+    def _layer_input(self, h: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[0]
+        e = self.embed(tokens).to(h.dtype)
+        return torch.cat([layer.input_layernorm(e), layer.hidden_norm(h)], dim=-1)
+
+    def _layer_output(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+        layer = self.layers[0]
+        h = h + layer.self_attn.out(attn)
+        return h + layer.mlp(layer.post_attention_layernorm(h))
+
+    def step(
+        self,
+        h: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        cache: DraftKVCache,
+        visible: torch.Tensor,
+    ) -> torch.Tensor:
+        """Inference: n new entries appended to `cache`; `visible` [n, cache_len_after] says which cache
+        entries (including the new ones) each new entry attends to. Returns the layer outputs [n, H]."""
+        attn_mod = self.layers[0].self_attn
+        q, k, v = attn_mod.qkv(self._layer_input(h, tokens), positions)
+        keys, values = cache.append(k, v)
+        heads = q.shape[0]
+        bias = torch.zeros(visible.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
+        attn = F.scaled_dot_product_attention(
+            q, _expand_kv(keys, heads), _expand_kv(values, heads), attn_mask=bias
+        )
+        return self._layer_output(h, attn)
+
+    def train_unrolled(
+        self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
+        past_k: list[torch.Tensor], past_v: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """Training-time test step j = len(past_k): query t attends to step-0 keys 0..t (causal) and to
+        its own entries of steps 1..j-1 plus this step's (the diagonal), as drafting on its own outputs
+        does at inference. Keys of this step are appended to past_k/past_v. h, tokens: [n, ...]."""
+        attn_mod = self.layers[0].self_attn
+        q, k, v = attn_mod.qkv(self._layer_input(h, tokens), positions)
+        past_k.append(k)
+        past_v.append(v)
+        n, heads, scale = q.shape[1], q.shape[0], 1.0 / math.sqrt(q.shape[-1])
+        k0, v0 = _expand_kv(past_k[0][:, :n], heads), _expand_kv(past_v[0][:, :n], heads)
+        scores = [torch.matmul(q, k0.transpose(-1, -2)) * scale]  # [heads, n, n]
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        scores[0] = scores[0].masked_fill(~causal, float("-inf"))
+        diag = [(q * _expand_kv(ki[:, :n], heads)).sum(-1, keepdim=True) * scale for ki in past_k[1:]]
+        weights = torch.softmax(torch.cat(scores + diag, dim=-1).float(), dim=-1).to(q.dtype)
+        attn = torch.matmul(weights[..., :n], v0)
+        for i, vi in enumerate(past_v[1:]):
+            attn = attn + weights[..., n + i : n + i + 1] * _expand_kv(vi[:, :n], heads)
+        return self._layer_output(h, attn)
+
+
+class DraftKVCache:
+    """The drafter's own keys/values [kv_heads, capacity, d]; `length` entries are valid."""
+
+    def __init__(self, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: torch.device):
+        self.k = torch.zeros(kv_heads, capacity, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+
+    def append(self, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        n = k.shape[1]
+        if self.length + n > self.k.shape[1]:
+            raise RuntimeError(f"draft KV cache full ({self.k.shape[1]} entries)")
+        self.k[:, self.length : self.length + n] = k
+        self.v[:, self.length : self.length + n] = v
+        self.length += n
+        return self.k[:, : self.length], self.v[:, : self.length]
+
+    def truncate(self, length: int) -> None:
+        self.length = length

@@ -1,0 +1,1 @@
+"""Training of learned drafters: self-distillation data, feature extraction, trainers, the drafter format."""

@@ -1,0 +1,107 @@
+"""`specdec data generate` and `specdec train <method>`: the command-line side of drafter training."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
+    p.add_argument("--device", default=None)
+    p.add_argument("--threads", type=int, default=None, help="CPU threads for torch")
+
+
+def cmd_data_generate(args: argparse.Namespace) -> int:
+    from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE
+    from specdec.training.self_distill import DistillSettings, generate_data
+
+    settings = DistillSettings(target=args.target, max_new_tokens=args.max_new_tokens,
+                               max_prompt_tokens=args.max_prompt_tokens, temperature=args.temperature,
+                               seed=args.seed, speculative_config=args.speculative_config)
+    path = generate_data(settings, Path(args.output), num_prompts=args.num_prompts,
+                         data_dir=Path(args.corpora or DEFAULT_DATA_DIR),
+                         exclude=Path(args.exclude) if args.exclude else DEFAULT_EXCLUDE)
+    print(f"samples in {path}")
+    return 0
+
+
+def _train_settings(args: argparse.Namespace):
+    from specdec.training.trainer import TrainSettings
+
+    return TrainSettings(epochs=args.epochs, lr=args.lr, warmup_steps=args.warmup_steps,
+                         grad_clip=args.grad_clip, tokens_per_step=args.tokens_per_step,
+                         checkpoint_every=args.checkpoint_every, val_fraction=args.val_fraction,
+                         seed=args.seed, max_seq_len=args.max_seq_len, max_steps=args.max_steps)
+
+
+def cmd_train_eagle3(args: argparse.Namespace) -> int:
+    from specdec.models.loading import load_model
+    from specdec.training.self_distill import read_samples
+    from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
+
+    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    samples = read_samples(Path(args.data))
+    if args.max_samples:
+        samples = samples[: args.max_samples]
+    options = Eagle3TrainOptions(
+        draft_vocab_size=args.draft_vocab_size,
+        aux_layers=[int(x) for x in args.aux_layers.split(",")] if args.aux_layers else None,
+        ttt_steps=args.ttt_steps, loss_decay=args.loss_decay, noise_std=args.noise_std,
+    )
+    report = train_eagle3(target, samples, Path(args.output), _train_settings(args), options,
+                          resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
+                          cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
+                          reload=(lambda: read_samples(Path(args.data))) if args.follow_data else None)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def add_training_parsers(sub: argparse._SubParsersAction) -> None:
+    data = sub.add_parser("data", help="self-distillation data for drafter training")
+    data_sub = data.add_subparsers(dest="data_command", required=True)
+    gen = data_sub.add_parser("generate", help="the target writes responses to prompts built from the corpora")
+    gen.add_argument("--target", default="gemma-3-270m")
+    gen.add_argument("--output", required=True)
+    gen.add_argument("--num-prompts", type=int, default=None, help="first N prompts of the mixed list")
+    gen.add_argument("--max-new-tokens", type=int, default=256)
+    gen.add_argument("--max-prompt-tokens", type=int, default=768, help="longer prompts are skipped")
+    gen.add_argument("--temperature", type=float, default=0.0)
+    gen.add_argument("--seed", type=int, default=0)
+    gen.add_argument("--corpora", default=None, help="training corpora directory (default ../shared/data/train)")
+    gen.add_argument("--exclude", default=None, help="held-out exclusion list (default benchmarks/prompts/other_kinds.exclude.json)")
+    gen.add_argument("--speculative-config", default='{"method": "ngram", "num_speculative_tokens": 5}',
+                     help="how generation is accelerated (lossless, so greedy data is unchanged)")
+    _common(gen)
+    gen.set_defaults(func=cmd_data_generate)
+
+    train = sub.add_parser("train", help="train a learned drafter")
+    methods = train.add_subparsers(dest="train_method", required=True)
+    e3 = methods.add_parser("eagle3", help="EAGLE-3 drafter (training-time test)")
+    e3.add_argument("--target", default="gemma-3-270m")
+    e3.add_argument("--data", required=True, help="directory from `specdec data generate`")
+    e3.add_argument("--output", required=True, help="drafter directory (speculators layout) + checkpoints")
+    e3.add_argument("--resume", action="store_true")
+    e3.add_argument("--epochs", type=float, default=1.0)
+    e3.add_argument("--lr", type=float, default=5e-4)
+    e3.add_argument("--warmup-steps", type=int, default=30)
+    e3.add_argument("--grad-clip", type=float, default=0.5)
+    e3.add_argument("--tokens-per-step", type=int, default=4096)
+    e3.add_argument("--checkpoint-every", type=int, default=25)
+    e3.add_argument("--val-fraction", type=float, default=0.03)
+    e3.add_argument("--seed", type=int, default=0)
+    e3.add_argument("--max-seq-len", type=int, default=1024)
+    e3.add_argument("--max-samples", type=int, default=None)
+    e3.add_argument("--max-steps", type=int, default=None, help="total optimizer steps (default: --epochs over the data)")
+    e3.add_argument("--follow-data", action="store_true",
+                    help="re-read --data at every epoch (train while `specdec data generate` still runs)")
+    e3.add_argument("--draft-vocab-size", type=int, default=32768)
+    e3.add_argument("--aux-layers", default=None, help="comma-separated target layers (default 2,L/2,L-3)")
+    e3.add_argument("--ttt-steps", type=int, default=4)
+    e3.add_argument("--loss-decay", type=float, default=0.8)
+    e3.add_argument("--noise-std", type=float, default=0.0)
+    e3.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
+    e3.add_argument("--cache-budget-gb", type=float, default=4.0)
+    _common(e3)
+    e3.set_defaults(func=cmd_train_eagle3)

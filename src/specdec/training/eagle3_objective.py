@@ -1,0 +1,106 @@
+"""EAGLE-3's training objective: training-time test (TTT) unrolled over several draft steps.
+
+Step 0 reads the fused target features; step j reads step j-1's outputs, with tokens and targets shifted
+one more position (index t at step j stands for sequence position t + j). The loss at each step is the
+cross-entropy against the target's distribution restricted to the draft vocabulary, on response positions
+whose token (the target's greedy choice) is in that vocabulary, weighted by decay**j.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specdec.drafting.eagle3_model import Eagle3Config, Eagle3Drafter
+from specdec.models.loading import LoadedModel
+from specdec.training.features import SampleFeatures
+
+
+def default_aux_layers(num_layers: int) -> list[int]:
+    """Residual stream entering layers 2, L/2 and L-3 (EAGLE-3 and speculators), deduplicated for tiny models."""
+    wanted = [2, num_layers // 2, num_layers - 3]
+    return sorted({min(max(i, 0), num_layers) for i in wanted})
+
+
+def default_eagle3_config(target: LoadedModel, draft_vocab_size: int, aux_layers: Sequence[int] | None = None) -> Eagle3Config:
+    text = target.config.get_text_config()
+    hidden = int(text.hidden_size)
+    heads = int(text.num_attention_heads)
+    return Eagle3Config(
+        hidden_size=hidden,
+        intermediate_size=int(text.intermediate_size),
+        num_attention_heads=heads,
+        num_key_value_heads=int(getattr(text, "num_key_value_heads", None) or heads),
+        head_dim=int(getattr(text, "head_dim", None) or hidden // heads),
+        vocab_size=target.vocab_size,
+        draft_vocab_size=draft_vocab_size,
+        target_hidden_size=hidden,
+        aux_layer_ids=list(aux_layers) if aux_layers is not None else default_aux_layers(int(text.num_hidden_layers)),
+        rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
+    )
+
+
+@dataclass
+class StepMetrics:
+    loss: float
+    correct: list[int]  # per unrolled step: draft argmax == target argmax
+    counted: list[int]  # per unrolled step: positions scored
+
+
+def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: SampleFeatures, steps: int,
+             decay: float, t2d_index: torch.Tensor, noise_std: float = 0.0) -> tuple[torch.Tensor, StepMetrics]:
+    """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on were written greedily by the target.
+
+    Index t at step j reads token ids[t+1+j] and predicts ids[t+2+j]; it is scored when that token is a
+    response token in the draft vocabulary, against the target's distribution at position t+1+j. Prompt
+    positions still serve as attention context. The LM head runs on scored rows only (it is most of the cost).
+    """
+    c = drafter.config
+    T = ids.shape[0]
+    fused_in = torch.cat([feats.hidden[i] for i in c.aux_layer_ids], dim=-1).float()
+    if noise_std:
+        fused_in = fused_in + torch.randn_like(fused_in) * noise_std
+    h = drafter.fuse(fused_in)
+    first = max(prompt_len - 1, 0)  # positions whose next token the target generated
+    with torch.no_grad():  # the target's distribution over the draft vocab at those positions
+        target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1]), dim=-1)
+    next_draft = t2d_index[ids]  # draft index of each token, -1 outside the draft vocab
+    past_k: list[torch.Tensor] = []
+    past_v: list[torch.Tensor] = []
+    total = torch.zeros((), dtype=torch.float32)
+    correct, counted = [], []
+    for j in range(steps):
+        n = T - 1 - j  # index t needs the input token ids[t+1+j]
+        if n <= 0:
+            break
+        h = drafter.train_unrolled(h[:n], ids[1 + j : 1 + j + n], torch.arange(j, j + n), past_k, past_v)
+        lo, hi = max(first - 1 - j, 0), T - 2 - j  # scored indices t: first <= t+1+j <= T-2
+        if hi <= lo:
+            correct.append(0)
+            counted.append(0)
+            continue
+        rows = torch.arange(lo, hi)
+        labels = next_draft[rows + 2 + j]
+        valid = labels >= 0
+        rows, labels = rows[valid], labels[valid]
+        counted.append(int(rows.numel()))
+        if not rows.numel():
+            correct.append(0)
+            continue
+        logits = drafter.draft_logits(h[rows])
+        p = target_p[rows + 1 + j - first]
+        total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        correct.append(int((logits.argmax(-1) == labels).sum()))
+    return total, StepMetrics(float(total.detach()), correct, counted)
+
+
+def estimated_acceptance_length(step_accuracy: Sequence[float]) -> float:
+    """1 + sum over k of the product of the first k per-step accuracies (a chain's expected tau)."""
+    tau, run = 1.0, 1.0
+    for a in step_accuracy:
+        run *= a
+        tau += run
+    return tau

@@ -1,0 +1,202 @@
+"""Training prompts of mixed kinds, built from the corpora in ../shared/data/train.
+
+Every source becomes a list of `TrainPrompt` (turns + earlier answers, rendered like the benchmark's
+prompts so the drafter sees the same format). Items used by the held-out benchmark
+(`benchmarks/prompts/other_kinds.exclude.json`) are skipped; ../shared/data/eval is never read.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "train"
+DEFAULT_EXCLUDE = Path(__file__).resolve().parents[3] / "benchmarks" / "prompts" / "other_kinds.exclude.json"
+MAX_PASSAGE_WORDS = 320  # keeps summarization/RAG prompts near 500 tokens
+
+
+@dataclass(frozen=True)
+class TrainPrompt:
+    id: str
+    kind: str
+    turns: tuple[str, ...]
+    answers: tuple[str, ...] = field(default=())  # earlier answers of a multi-turn prompt
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    tatoeba_lines: frozenset[int]
+    tatoeba_texts: frozenset[str]
+    wikitext_ids: frozenset[str]
+    webquestions: frozenset[str]  # qIds and qTexts
+
+    @classmethod
+    def load(cls, path: Path | None) -> Exclusions:
+        if path is None or not path.is_file():
+            raise FileNotFoundError(f"exclusion list not found: {path} (held-out prompts must never be trained on)")
+        data = json.loads(path.read_text(encoding="utf-8"))
+        tat = data["tatoeba_deu_eng"]
+        web = data["webquestions"]["items"]
+        return cls(
+            tatoeba_lines=frozenset(tat["line_numbers"]),
+            tatoeba_texts=frozenset(tat.get("deu", []) + tat.get("eng", [])),
+            wikitext_ids=frozenset(data["wikitext2"]["article_ids"]),
+            webquestions=frozenset([w["qId"] for w in web] + [w["qText"] for w in web]),
+        )
+
+
+def _jsonl(path: Path) -> Iterator[dict]:
+    with path.open(encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                yield json.loads(line)
+
+
+def _passage(text: str, rng: random.Random) -> str:
+    words = text.split()
+    if len(words) <= MAX_PASSAGE_WORDS:
+        return text.strip()
+    start = rng.randrange(0, len(words) - MAX_PASSAGE_WORDS)
+    return " ".join(words[start : start + MAX_PASSAGE_WORDS])
+
+
+def _gsm8k(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    return [
+        TrainPrompt(f"gsm8k-{i}", "math", (d["question"],))
+        for i, d in enumerate(_jsonl(root / "gsm8k_train" / "train.jsonl"))
+    ]
+
+
+def _mbpp(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for d in _jsonl(root / "mbpp" / "mbpp.jsonl"):
+        test = (d.get("test_list") or [""])[0]
+        text = d["text"] + (f" Your code should pass this test:\n{test}" if test else "")
+        out.append(TrainPrompt(f"mbpp-{d.get('task_id')}", "code", (text,)))
+    return out
+
+
+def _stdlib(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for i, d in enumerate(_jsonl(root / "python_stdlib_code" / "functions.jsonl")):
+        if i % 2:
+            text = f"Explain what this Python code does:\n```python\n{d['source'].strip()}\n```"
+        else:
+            head = d["source"].split("\n", 1)[0]
+            text = f"Implement this Python function.\n{head}\n    \"\"\"{d['docstring'].strip()}\"\"\""
+        out.append(TrainPrompt(f"stdlib-{i}", "code", (text,)))
+    return out
+
+
+def _self_instruct(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for name in ("seed_tasks.jsonl", "user_oriented_instructions.jsonl"):
+        for d in _jsonl(root / "self_instruct" / name):
+            for j, inst in enumerate(d.get("instances") or [{"input": ""}]):
+                text = d["instruction"] + (f"\n{inst['input']}" if inst.get("input") else "")
+                out.append(TrainPrompt(f"selfinstruct-{d['id']}-{j}", "chat", (text,)))
+    return out
+
+
+def _arena(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for name in ("arena-hard-v0.1_question.jsonl", "arena-hard-v2.0_question.jsonl"):
+        for d in _jsonl(root / "arena_hard_prompts" / name):
+            if len(d["prompt"].split()) <= 600:
+                out.append(TrainPrompt(f"arena-{d['uid']}", "chat", (d["prompt"],)))
+    return out
+
+
+def _topical_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for name in ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json"):
+        convs = json.loads((root / "topical_chat" / name).read_text(encoding="utf-8"))
+        for cid, conv in convs.items():
+            msgs = [m["message"] for m in conv["content"]]
+            n_turns = rng.randint(1, min(4, len(msgs) // 2))  # replay a few exchanges, then ask the next
+            turns = tuple(msgs[0 : 2 * n_turns : 2])
+            answers = tuple(msgs[1 : 2 * n_turns - 1 : 2])
+            out.append(TrainPrompt(f"topical-{cid}", "chat", turns, answers))
+    return out
+
+
+def _webquestions(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for name in ("trainmodel.json", "val.json", "devtest.json", "test.json"):
+        for d in json.loads((root / "webquestions" / name).read_text(encoding="utf-8")):
+            if d["qId"] in ex.webquestions or d["qText"] in ex.webquestions:
+                continue
+            out.append(TrainPrompt(f"webq-{d['qId']}", "qa", (d["qText"],)))
+    return out
+
+
+def _tatoeba(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    lines = (root / "tatoeba_deu_eng" / "tatoeba.deu-eng.deu").read_text(encoding="utf-8").splitlines()
+    keep = [t for n, t in enumerate(lines, 1) if n not in ex.tatoeba_lines and t not in ex.tatoeba_texts]
+    out, i = [], 0
+    while i < len(keep):
+        k = rng.randint(1, 6)
+        text = "Translate the following German text to English:\n" + " ".join(keep[i : i + k])
+        out.append(TrainPrompt(f"tatoeba-{i}", "translation", (text,)))
+        i += k
+    return out
+
+
+def _articles(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    out = []
+    for d in _jsonl(root / "wikitext2" / "articles.jsonl"):
+        if d["id"] in ex.wikitext_ids or d.get("unk_frac", 0) > 0.03:
+            continue
+        for j in range(3):
+            text = "Summarize the following article:\n" + _passage(d["text"], rng)
+            out.append(TrainPrompt(f"wiki-{d['id']}-{j}", "summarization", (text,)))
+    for d in _jsonl(root / "rust_book" / "chapters.jsonl"):
+        for j in range(2):
+            text = "Summarize the following text:\n" + _passage(d["text"], rng)
+            out.append(TrainPrompt(f"rust-{d['id']}-{j}", "summarization", (text,)))
+    for d in _jsonl(root / "python_reference_topics" / "topics.jsonl"):
+        passage = _passage(d["text"], rng)
+        out.append(TrainPrompt(f"pyref-{d['topic']}", "summarization", ("Summarize the following text:\n" + passage,)))
+        q = f"Use the passage to answer the question.\nPassage: {passage}\nQuestion: What is {d['topic']} about?"
+        out.append(TrainPrompt(f"pyrag-{d['topic']}", "rag", (q,)))
+    return out
+
+
+SOURCES: dict[str, Callable[[Path, Exclusions, random.Random], list[TrainPrompt]]] = {
+    "gsm8k": _gsm8k,
+    "mbpp": _mbpp,
+    "stdlib": _stdlib,
+    "self_instruct": _self_instruct,
+    "arena": _arena,
+    "topical_chat": _topical_chat,
+    "webquestions": _webquestions,
+    "tatoeba": _tatoeba,
+    "articles": _articles,
+}
+
+
+def build_prompts(
+    data_dir: Path = DEFAULT_DATA_DIR, exclude: Path | None = DEFAULT_EXCLUDE, seed: int = 0
+) -> list[TrainPrompt]:
+    """All prompts, interleaved across sources so any prefix of the list is a mix of kinds."""
+    data_dir = Path(data_dir)
+    if "eval" in data_dir.resolve().parts:
+        raise ValueError(f"refusing to build training prompts from an eval directory: {data_dir}")
+    if not data_dir.is_dir():
+        raise FileNotFoundError(f"training corpora not found: {data_dir}")
+    ex = Exclusions.load(Path(exclude) if exclude is not None else None)
+    rng = random.Random(seed)
+    pools = []
+    for name, build in SOURCES.items():
+        items = build(data_dir, ex, rng)
+        rng.shuffle(items)
+        pools.append(items)
+    mixed: list[TrainPrompt] = []
+    while any(pools):
+        for pool in pools:
+            if pool:
+                mixed.append(pool.pop())
+    return mixed

@@ -1,0 +1,216 @@
+"""The training loop every learned drafter shares: AdamW, warm-up + cosine, gradient clipping, token-based
+gradient accumulation, periodic checkpoints, `--resume`, a progress bar and held-out validation.
+
+A drafter plugs in with an `Objective`: `loss(sample) -> (loss, StepMetrics)` and `save(directory)`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Protocol
+
+import torch
+from tqdm import tqdm
+
+from specdec.training.self_distill import Sample
+
+STATE_FILE = "training_state.pt"
+LOG_FILE = "train_log.jsonl"
+REPORT_FILE = "training_report.json"
+
+
+@dataclass
+class TrainSettings:
+    epochs: float = 1.0
+    lr: float = 5e-4
+    warmup_steps: int = 30
+    weight_decay: float = 0.0
+    grad_clip: float = 0.5
+    tokens_per_step: int = 4096
+    checkpoint_every: int = 25  # optimizer steps
+    val_fraction: float = 0.03
+    val_max_samples: int = 40
+    seed: int = 0
+    max_seq_len: int = 1024
+    max_steps: int | None = None  # total optimizer steps; default from epochs over the data at the start
+
+
+class Metrics(Protocol):
+    loss: float
+    correct: list[int]
+    counted: list[int]
+
+
+class Objective(Protocol):
+    model: torch.nn.Module
+
+    def loss(self, sample: Sample) -> tuple[torch.Tensor, Metrics]: ...
+
+    def save(self, directory: Path, extra: dict) -> None: ...
+
+    def after_load(self) -> None:
+        """Called after a resumed state was loaded into the model (buffers such as vocab maps changed)."""
+
+
+def split(samples: Sequence[Sample], fraction: float) -> tuple[list[Sample], list[Sample]]:
+    """Deterministic held-out split by id (stable when more samples are added later)."""
+    train, val = [], []
+    for s in samples:
+        (val if zlib.crc32(s.id.encode()) % 10_000 < fraction * 10_000 else train).append(s)
+    return train, val
+
+
+def _lr_factor(step: int, warmup: int, total: int) -> float:
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+class Accuracy:
+    """Running per-step accuracy over the last `window` sequences."""
+
+    def __init__(self, window: int = 50) -> None:
+        self.items: list[tuple[list[int], list[int]]] = []
+        self.window = window
+
+    def add(self, m: Metrics) -> None:
+        self.items = (self.items + [(m.correct, m.counted)])[-self.window :]
+
+    def per_step(self) -> list[float]:
+        steps = max((len(c) for c, _ in self.items), default=0)
+        out = []
+        for j in range(steps):
+            hit = sum(c[j] for c, _ in self.items if j < len(c))
+            n = sum(k[j] for _, k in self.items if j < len(k))
+            out.append(hit / n if n else 0.0)
+        return out
+
+
+@torch.no_grad()
+def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
+    acc, loss = Accuracy(window=len(samples) + 1), 0.0
+    objective.model.eval()
+    for s in samples:
+        _, m = objective.loss(s)
+        acc.add(m)
+        loss += m.loss
+    objective.model.train()
+    return {"loss": loss / max(len(samples), 1), "step_accuracy": acc.per_step(), "samples": len(samples)}
+
+
+def train(objective: Objective, samples: Sequence[Sample], output: Path, settings: TrainSettings,
+          resume: bool = False, progress: bool = True,
+          summarize: Callable[[list[float]], dict] | None = None,
+          reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+    """Trains; `reload`, when given, is called at every new epoch so data still being generated joins in."""
+    output = Path(output)
+    output.mkdir(parents=True, exist_ok=True)
+
+    def partition(items: Sequence[Sample]) -> tuple[list[Sample], list[Sample]]:
+        usable = [s for s in items if 2 < len(s.prompt_ids) + len(s.response_ids) <= settings.max_seq_len]
+        tr, va = split(usable, settings.val_fraction)
+        return tr, va[: settings.val_max_samples]
+
+    train_set, val_set = partition(samples)
+    if not train_set:
+        raise ValueError("no training samples (all longer than max_seq_len, or none generated)")
+    tokens_per_epoch = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_set)
+    total_steps = settings.max_steps or max(1, int(settings.epochs * tokens_per_epoch / settings.tokens_per_step))
+    params = [p for p in objective.model.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
+    state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
+    state_path = output / STATE_FILE
+    if resume:
+        if not state_path.is_file():
+            raise FileNotFoundError(f"--resume: no {STATE_FILE} in {output}")
+        saved = torch.load(state_path, weights_only=False)
+        fixed = {k: v for k, v in asdict(settings).items() if k != "max_steps"}  # the length may be extended
+        if {k: v for k, v in saved["settings"].items() if k != "max_steps"} != fixed:
+            raise ValueError(f"--resume with different settings: saved {saved['settings']}")
+        objective.model.load_state_dict(saved["model"])
+        objective.after_load()
+        opt.load_state_dict(saved["optimizer"])
+        state = saved["progress"]
+    elif state_path.is_file():
+        raise FileExistsError(f"{output} already has a training run; pass --resume or use another --output")
+
+    def order(epoch: int) -> list[int]:
+        idx = list(range(len(train_set)))
+        random.Random(settings.seed + epoch).shuffle(idx)
+        return idx
+
+    def checkpoint() -> None:
+        tmp = state_path.with_suffix(".tmp")
+        torch.save({"model": objective.model.state_dict(), "optimizer": opt.state_dict(), "progress": state,
+                    "settings": asdict(settings)}, tmp)
+        tmp.rename(state_path)
+        objective.save(output, {"training": {**state, "total_steps": total_steps}})
+
+    acc = Accuracy()
+    bar = tqdm(total=total_steps, initial=state["step"], desc="train", unit="step", disable=not progress,
+               dynamic_ncols=True)
+    log = (output / LOG_FILE).open("a")
+    objective.model.train()
+    pending_tokens, losses = 0, []
+    started = time.perf_counter() - state["seconds"]
+    while state["step"] < total_steps:
+        if reload is not None and state["position"] == 0:
+            train_set, val_set = partition(reload())
+            tokens_per_epoch = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_set)
+        idx = order(state["epoch"])
+        while state["position"] < len(idx) and state["step"] < total_steps:
+            sample = train_set[idx[state["position"]]]
+            state["position"] += 1
+            loss, m = objective.loss(sample)
+            n = len(sample.prompt_ids) + len(sample.response_ids)
+            (loss * n / settings.tokens_per_step).backward()
+            acc.add(m)
+            losses.append(m.loss)
+            pending_tokens += n
+            state["tokens"] += n
+            if pending_tokens < settings.tokens_per_step:
+                continue
+            for group in opt.param_groups:
+                group["lr"] = settings.lr * _lr_factor(state["step"], settings.warmup_steps, total_steps)
+            grad_norm = float(torch.nn.utils.clip_grad_norm_(params, settings.grad_clip))
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+            pending_tokens = 0
+            state["step"] += 1
+            state["seconds"] = time.perf_counter() - started
+            per_step = acc.per_step()
+            record = {"step": state["step"], "loss": sum(losses) / len(losses), "grad_norm": grad_norm,
+                      "lr": opt.param_groups[0]["lr"], "acc": per_step, "tokens": state["tokens"],
+                      "seconds": round(state["seconds"], 1)}
+            losses = []
+            log.write(json.dumps(record) + "\n")
+            log.flush()
+            bar.update(1)
+            bar.set_postfix(loss=f"{record['loss']:.3f}", acc="/".join(f"{a:.2f}" for a in per_step[:6]))
+            if state["step"] % settings.checkpoint_every == 0:
+                checkpoint()
+        if state["position"] >= len(idx):
+            state["epoch"] += 1
+            state["position"] = 0
+    bar.close()
+    log.close()
+    state["seconds"] = time.perf_counter() - started
+    report = {"steps": state["step"], "tokens_seen": state["tokens"], "train_samples": len(train_set),
+              "train_tokens_per_epoch": tokens_per_epoch, "epochs": round(state["tokens"] / tokens_per_epoch, 2),
+              "wall_seconds": round(state["seconds"], 1)}
+    if val_set:
+        report["validation"] = validate(objective, val_set)
+        if summarize is not None:
+            report["validation"].update(summarize(report["validation"]["step_accuracy"]))
+    checkpoint()
+    objective.save(output, {"training": report})
+    (output / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    return report
