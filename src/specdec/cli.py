@@ -83,11 +83,13 @@ def build_parser() -> argparse.ArgumentParser:
     from specdec.bench.serve_load import add_bench_serve_parser
     from specdec.demo import add_demo_parser
     from specdec.serving.server import add_serve_parser
+    from specdec.training.commands import add_training_parsers
 
     add_bench_parser(sub)
     add_bench_serve_parser(sub)
     add_serve_parser(sub)
     add_demo_parser(sub)
+    add_training_parsers(sub)
     return parser
 
 
