@@ -280,3 +280,21 @@ def test_bad_arguments_exit_2(files, capsys):
     assert main(["bench", "--prompts", str(files["mt"]), "--speculative-config", "{oops"]) == 2
     assert main(["bench", "--prompts", str(files["mt"]) + ".missing"]) == 2
     assert "error" in capsys.readouterr().err
+
+
+def test_several_methods_in_one_run(zoo, tmp_path):
+    """A list of configs: each method after the same plain run, one report per method plus a comparison."""
+    from specdec.bench.runner import run_bench
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "The quick brown fox"}\n{"prompt": "Once upon a time"}\n')
+    configs = [{"method": "ngram", "num_speculative_tokens": 3},
+               {"method": "draft_model", "model": "self:2", "num_speculative_tokens": 2}]
+    report = run_bench(prompts, speculative_config=configs, loaded=zoo.load("llama"), max_new_tokens=16,
+                       warmup=0, progress=False)
+    assert [r["method"] for r in report["runs"]] == ["ngram", "draft_model"]
+    assert [c["speculative_config"]["method"] for c in report["comparison"]] == ["ngram", "draft_model"]
+    for run in report["runs"]:
+        assert run["overall"]["identical_fraction"] == 1.0
+    # the same plain runs back every method
+    assert report["runs"][0]["overall"]["baseline_seconds"] == report["runs"][1]["overall"]["baseline_seconds"]

@@ -72,11 +72,15 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from specdec.bench.runner import run_bench
-    from specdec.bench.table import print_report
+    from specdec.bench.table import print_comparison, print_report
 
     from specdec.cli import parse_speculative_config
 
-    config = parse_speculative_config(args.speculative_config)
+    text = args.speculative_config
+    if text is not None and text.lstrip().startswith("["):  # several methods in one run
+        config = [parse_speculative_config(json.dumps(c)) for c in json.loads(text)]
+    else:
+        config = parse_speculative_config(text)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     report = run_bench(
         args.prompts,
@@ -94,11 +98,16 @@ def cmd_bench(args: argparse.Namespace) -> int:
         progress=not args.no_progress,
     )
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
-    print_report(report, console)
+    if "runs" in report:
+        for run in report["runs"]:
+            print_report(run, console)
+        print_comparison(report["comparison"], console)
+    else:
+        print_report(report, console)
     if args.output:
         path = Path(args.output)
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {path}")
-    print(json.dumps(report["overall"]), flush=True)
+    print(json.dumps(report["comparison"] if "runs" in report else report["overall"]), flush=True)
     return 0

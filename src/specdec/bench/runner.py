@@ -58,7 +58,7 @@ def run_bench(
     prompts: str | Path,
     *,
     model: str = DEFAULT_MODEL,
-    speculative_config: dict[str, Any] | SpeculativeConfig | None = None,
+    speculative_config: dict[str, Any] | SpeculativeConfig | Sequence[dict[str, Any] | SpeculativeConfig] | None = None,
     dtype: str = "bfloat16",
     device: str | None = None,
     limit: int | None = None,
@@ -74,13 +74,23 @@ def run_bench(
     """Benchmarks plain vs speculative decoding on a jsonl prompt file; returns the JSON report (a dict).
 
     `loaded` reuses an already loaded model (then `model`, `dtype` and `device` are taken from it).
+    A list of speculative configs runs every method right after the same plain run of each prompt and
+    returns {"runs": [one report per config], "comparison": [...]}: ratios from one run, side by side.
     """
     from tqdm import tqdm
 
     if speculative_config is None:
         speculative_config = dict(DEFAULT_SPECULATIVE_CONFIG)
-    if isinstance(speculative_config, dict):
-        speculative_config = SpeculativeConfig.from_dict(speculative_config)
+    many = isinstance(speculative_config, (list, tuple))
+    configs = [
+        SpeculativeConfig.from_dict(c) if isinstance(c, dict) else c
+        for c in (speculative_config if many else [speculative_config])
+    ]
+    if not configs:
+        raise ValueError("no speculative config to benchmark")
+    if many and include_transformers:
+        raise ValueError("--include-transformers works with one speculative config at a time")
+    speculative_config = configs[0]
     if warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {warmup}")
     params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
@@ -89,7 +99,8 @@ def run_bench(
     if loaded is None:
         loaded = load_model(model, dtype=dtype, device=device)
     plain = LLM(loaded=loaded)
-    spec = LLM(loaded=loaded, speculative_config=speculative_config)
+    specs = [LLM(loaded=loaded, speculative_config=c) for c in configs]
+    spec = specs[0]
     tokenizer = loaded.tokenizer
     hf = _transformers_baseline(loaded, speculative_config, plain, max_new_tokens) if include_transformers else None
     torch.manual_seed(seed)
@@ -97,19 +108,42 @@ def run_bench(
     for q in questions[:warmup]:
         ids = render_prompt(tokenizer, q.turns[:1], [])
         plain.generate([{"prompt_token_ids": ids}], params)
-        spec.generate([{"prompt_token_ids": ids}], params)
+        for s in specs:
+            s.generate([{"prompt_token_ids": ids}], params)
         for mode in MODES if hf is not None else ():
             hf.generate(ids, mode)
 
-    results: list[PromptResult] = []
+    per_config: list[list[PromptResult]] = [[] for _ in specs]
     total = sum(len(q.turns) for q in questions)
     with tqdm(total=total, desc="bench", unit="turn", disable=not progress, dynamic_ncols=True) as bar:
         for q in questions:
-            results.extend(_run_question(q, plain, spec, hf, params, bar))
-            base = sum(r.baseline_seconds for r in results)
-            fast = sum(r.speculative_seconds for r in results)
-            bar.set_postfix(speedup=f"{base / fast:.2f}x" if fast else "-", identical=sum(r.identical for r in results))
+            for i, rows in enumerate(_run_question(q, plain, specs, hf, params, bar)):
+                per_config[i].extend(rows)
+            base = sum(r.baseline_seconds for r in per_config[0])
+            speedups = [base / sum(r.speculative_seconds for r in rows) for rows in per_config]
+            bar.set_postfix(speedup="/".join(f"{x:.2f}x" for x in speedups),
+                            identical="/".join(str(sum(r.identical for r in rows)) for rows in per_config))
 
+    reports = [
+        _report(rows, loaded, config, plain, hf, max_new_tokens, temperature, seed, tokenizer)
+        for rows, config in zip(per_config, configs)
+    ]
+    if not many:
+        return reports[0]
+    return {"runs": reports, "comparison": [comparison_row(r) for r in reports]}
+
+
+def comparison_row(report: dict[str, Any]) -> dict[str, Any]:
+    o = report["overall"]
+    keys = ("speedup", "mean_acceptance_length", "acceptance_rate",
+            "identical_fraction", "baseline_tokens_per_second", "speculative_tokens_per_second",
+            "acceptance_rate_per_position")
+    return {"speculative_config": report["speculative_config"], **{k: o.get(k) for k in keys}}
+
+
+def _report(results: list[PromptResult], loaded: LoadedModel, speculative_config: SpeculativeConfig, plain: LLM,
+            hf: TransformersBaseline | None, max_new_tokens: int, temperature: float, seed: int,
+            tokenizer: Any) -> dict[str, Any]:
     diag_runtime = loaded.new_runtime()
     for r in results:
         r.divergence = diagnose(diag_runtime, r.prompt_ids, r.baseline_ids, r.speculative_ids)
@@ -141,22 +175,24 @@ def run_bench(
 
 
 def _run_question(
-    q: Question, plain: LLM, spec: LLM, hf: TransformersBaseline | None, params: SamplingParams, bar: Any
-) -> list[PromptResult]:
+    q: Question, plain: LLM, specs: list[LLM], hf: TransformersBaseline | None, params: SamplingParams, bar: Any
+) -> list[list[PromptResult]]:
+    """One list of results per speculative LLM; every method runs right after the same plain run."""
     answers: list[str] = []
-    out = []
+    out: list[list[PromptResult]] = [[] for _ in specs]
     for t in range(len(q.turns)):
         prompt = render_prompt(plain.tokenizer, q.turns[: t + 1], answers)
         base_ids, base_text, _, base_s = _timed_generate(plain, prompt, params)
-        spec_ids, _, spec_stats, spec_s = _timed_generate(spec, prompt, params)
-        hf_runs = {mode: hf.generate(prompt, mode) for mode in MODES} if hf is not None else {}
-        answers.append(base_text)
-        out.append(
-            PromptResult(
-                question_id=q.question_id, category=q.category, turn=t + 1, prompt_ids=prompt,
-                baseline_ids=list(base_ids), speculative_ids=list(spec_ids), baseline_seconds=base_s,
-                speculative_seconds=spec_s, speculative_stats=spec_stats, transformers=hf_runs,
+        for i, spec in enumerate(specs):
+            spec_ids, _, spec_stats, spec_s = _timed_generate(spec, prompt, params)
+            hf_runs = {mode: hf.generate(prompt, mode) for mode in MODES} if hf is not None else {}
+            out[i].append(
+                PromptResult(
+                    question_id=q.question_id, category=q.category, turn=t + 1, prompt_ids=prompt,
+                    baseline_ids=list(base_ids), speculative_ids=list(spec_ids), baseline_seconds=base_s,
+                    speculative_seconds=spec_s, speculative_stats=spec_stats, transformers=hf_runs,
+                )
             )
-        )
+        answers.append(base_text)
         bar.update(1)
     return out

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 from typing import Any
 
 from rich.console import Console
@@ -131,3 +133,17 @@ def print_report(report: dict[str, Any], console: Console | None = None) -> None
     mismatches = _mismatch_table(report)
     if mismatches is not None:
         console.print(mismatches)
+
+
+def print_comparison(rows: list[dict[str, Any]], console: Console | None = None) -> None:
+    """Every method of one run side by side (each against the same plain runs)."""
+    console = console or Console()
+    table = Table(title="methods compared (same plain runs, one process)")
+    for col in ("speculative config", "speedup", "mean acc. len", "acc. rate", "acceptance per position",
+                "identical"):
+        table.add_column(col, justify="left" if col.startswith("spec") or col.startswith("acceptance") else "right")
+    for r in rows:
+        per_pos = ", ".join(f"{a:.2f}" for a in (r.get("acceptance_rate_per_position") or []))
+        table.add_row(json.dumps(r["speculative_config"]), f"{r['speedup']:.2f}x", f"{r['mean_acceptance_length']:.2f}",
+                      f"{r['acceptance_rate']:.3f}", per_pos, f"{r['identical_fraction']:.3f}")
+    console.print(table)

@@ -18,6 +18,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.models.fast_linear import linear_float
+
 
 @dataclass
 class Eagle3Config:
@@ -156,8 +158,10 @@ class Eagle3Drafter(nn.Module):
     def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + the target's LM head restricted to the draft vocab, in float32."""
         assert self._head is not None
-        x = self.norm(h)
-        return F.linear(x.to(self._head.dtype), self._head).float()
+        x = self.norm(h).to(self._head.dtype)
+        if not torch.is_grad_enabled() and x.dim() == 2:
+            return linear_float(x, self._head)  # inference: our row kernel streams the head fastest
+        return F.linear(x, self._head).float()
 
     def draft_logits_from_normed(self, normed: torch.Tensor) -> torch.Tensor:
         """The target's own logits over the draft vocab from its final-normed hidden states (training targets)."""
