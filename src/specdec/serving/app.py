@@ -127,12 +127,23 @@ async def _read_json(request: Request) -> Any:
         return json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("the request body is nested too deeply") from None
+
+
+def tokenize(tokenizer: Any, text: str, param: str, **kwargs: Any) -> list[int]:
+    """Token ids of `text`; text the tokenizer cannot take (lone UTF-16 surrogates, ...) is a 400."""
+    try:
+        return list(tokenizer(text, **kwargs).input_ids)
+    except Exception as exc:  # noqa: BLE001 - the tokenizer's own error types vary
+        raise bad_request(f"the {param} cannot be tokenized ({type(exc).__name__}: {exc}); is it valid "
+                          "Unicode (no lone surrogates)?", param=param) from None
 
 
 def _prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
     prompt = req.prompt_input()
     if isinstance(prompt, str):
-        ids = list(state.tokenizer(prompt).input_ids)
+        ids = tokenize(state.tokenizer, prompt, "prompt")
     else:
         vocab = state.limits.vocab_size
         bad = [t for t in prompt if not 0 <= t < vocab]

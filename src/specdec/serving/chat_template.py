@@ -47,9 +47,17 @@ def render_plain(messages: list[dict[str, str]]) -> str:
 def render_chat(tokenizer: Any, messages: list[dict[str, str]]) -> RenderedChat:
     if not has_chat_template(tokenizer):
         text = render_plain(messages)
-        return RenderedChat(text, list(tokenizer(text).input_ids), "plain", list(PLAIN_STOP))
+        return RenderedChat(text, _tokenize(tokenizer, text), "plain", list(PLAIN_STOP))
     try:
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
     except Exception as exc:  # jinja's raise_exception (e.g. roles must alternate) and template errors
         raise bad_request(f"the model's chat template rejected the messages: {exc}", param="messages") from None
-    return RenderedChat(text, list(tokenizer(text, add_special_tokens=False).input_ids), "tokenizer")
+    return RenderedChat(text, _tokenize(tokenizer, text, add_special_tokens=False), "tokenizer")
+
+
+def _tokenize(tokenizer: Any, text: str, **kwargs: Any) -> list[int]:
+    try:
+        return list(tokenizer(text, **kwargs).input_ids)
+    except Exception as exc:  # noqa: BLE001 - e.g. lone UTF-16 surrogates in a message
+        raise bad_request(f"the messages cannot be tokenized ({type(exc).__name__}: {exc}); are they valid "
+                          "Unicode (no lone surrogates)?", param="messages") from None

@@ -6,6 +6,7 @@ Handlers are installed for our own APIError, for Starlette's HTTP errors (unknow
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -52,9 +53,17 @@ def error_body(message: str, type: str, param: str | None = None, code: str | No
     return {"error": {"message": message, "type": type, "param": param, "code": code}}
 
 
+class ASCIIJSONResponse(JSONResponse):
+    """JSON with non-ASCII escaped: an error message may quote input holding lone surrogates, which UTF-8
+    cannot encode."""
+
+    def render(self, content: Any) -> bytes:
+        return json.dumps(content, ensure_ascii=True, separators=(",", ":")).encode("ascii")
+
+
 def error_response(exc: APIError) -> JSONResponse:
     headers = {"Retry-After": "1"} if exc.status in (429, 503) else None
-    return JSONResponse(exc.body(), status_code=exc.status, headers=headers)
+    return ASCIIJSONResponse(exc.body(), status_code=exc.status, headers=headers)
 
 
 def install_error_handlers(app: FastAPI, on_error: Any = None) -> None:

@@ -19,6 +19,7 @@ from specdec.serving.errors import APIError, bad_request
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
 SEED_RANGE = (0, 2**63 - 1)
+MIN_TEMPERATURE = 0.01  # vLLM's floor too (it raises smaller ones to 0.01; we say so instead)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,9 @@ class _CommonRequest(_Strict):
         temperature = 1.0 if self.temperature is None else float(self.temperature)
         if not 0 <= temperature <= 2:
             raise bad_request(f"temperature must be in [0, 2], got {temperature}", param="temperature")
+        if 0 < temperature < MIN_TEMPERATURE:  # logits / 1e-300 overflow to inf, and softmax gives NaN
+            raise bad_request(f"temperature must be 0 (greedy) or at least {MIN_TEMPERATURE}, got {temperature}",
+                              param="temperature")
         top_p = 1.0 if self.top_p is None else float(self.top_p)
         if not 0 < top_p <= 1:
             raise bad_request(f"top_p must be in (0, 1], got {top_p}", param="top_p")
@@ -248,8 +252,11 @@ def _stop_strings(stop: Any) -> list[str]:
     if stop is None:
         return []
     items = [stop] if isinstance(stop, str) else stop
-    if not isinstance(items, list) or not all(isinstance(s, str) for s in items):
+    if not isinstance(items, list):
         raise bad_request(f"stop must be a string or a list of strings, got {type(stop).__name__}", param="stop")
+    odd = [type(s).__name__ for s in items if not isinstance(s, str)]
+    if odd:
+        raise bad_request(f"stop must be a string or a list of strings, got a list holding {odd[0]}", param="stop")
     if len(items) > MAX_STOP_STRINGS:
         raise bad_request(f"at most {MAX_STOP_STRINGS} stop strings, got {len(items)}", param="stop")
     if any(not s for s in items):
