@@ -18,7 +18,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.models.fast_linear import linear_float
+from specdec.models.fast_linear import linear, linear_float
+
+
+def _lin(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """Inference runs our row kernel (oneDNN's bf16 path is slow for a handful of rows); training autograd."""
+    if torch.is_grad_enabled() or x.dim() != 2:
+        return layer(x)
+    return linear(x.to(layer.weight.dtype), layer.weight, layer.bias)
 
 
 @dataclass
@@ -62,14 +69,14 @@ class Eagle3Attention(nn.Module):
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[n, 2H] -> q [heads, n, d], k and v [kv_heads, n, d], RoPE applied."""
         c, n = self.c, x.shape[0]
-        q = self.q_proj(x).view(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
-        k = self.k_proj(x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
-        v = self.v_proj(x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        q = _lin(self.q_proj, x).view(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
+        k = _lin(self.k_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        v = _lin(self.v_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         return rotate(q, positions, c.rope_theta), rotate(k, positions, c.rope_theta), v
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
         """[heads, n, d] -> [n, H]"""
-        return self.o_proj(attn.transpose(0, 1).reshape(attn.shape[1], -1))
+        return _lin(self.o_proj, attn.transpose(0, 1).reshape(attn.shape[1], -1))
 
 
 class Eagle3MLP(nn.Module):
@@ -80,7 +87,7 @@ class Eagle3MLP(nn.Module):
         self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+        return _lin(self.down_proj, F.silu(_lin(self.gate_proj, x)) * _lin(self.up_proj, x))
 
 
 class Eagle3Layer(nn.Module):
@@ -153,7 +160,7 @@ class Eagle3Drafter(nn.Module):
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if self._embed is None:
             raise RuntimeError("attach_target() first: the drafter uses the target's embedding")
-        return F.embedding(tokens, self._embed) * self._embed_scale
+        return self._embed[tokens] * self._embed_scale  # plain indexing: F.embedding is slow on this big table
 
     def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
         """Final norm + the target's LM head restricted to the draft vocab, in float32."""
@@ -197,11 +204,12 @@ class Eagle3Drafter(nn.Module):
         q, k, v = attn_mod.qkv(self._layer_input(h, tokens), positions)
         keys, values = cache.append(k, v)
         heads = q.shape[0]
-        bias = torch.zeros(visible.shape, dtype=q.dtype, device=q.device).masked_fill(~visible, float("-inf"))
+        # float32: a few query rows over a short cache, where CPU bf16 batched matmuls are slow
+        bias = torch.zeros(visible.shape, dtype=torch.float32, device=q.device).masked_fill(~visible, float("-inf"))
         attn = F.scaled_dot_product_attention(
-            q, _expand_kv(keys, heads), _expand_kv(values, heads), attn_mask=bias
+            q.float(), _expand_kv(keys, heads).float(), _expand_kv(values, heads).float(), attn_mask=bias
         )
-        return self._layer_output(h, attn)
+        return self._layer_output(h, attn.to(h.dtype))
 
     def train_unrolled(
         self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
