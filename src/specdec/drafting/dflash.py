@@ -1,0 +1,108 @@
+"""DFlash drafting: one drafter forward per step proposes up to block_size - 1 tokens, verified as a chain.
+
+The drafter's context cache holds the keys/values of committed positions only, built from the target's
+layer outputs at those positions (prefill, then the verified rows each `feedback` reports). Each step the
+block [pending token, MASK x (B-1)] sits at positions len(tokens) - 1 ... and attends to the whole cache
+plus itself. Drafts are the argmax per slot: point masses, so the engine's verification stays exact under
+greedy decoding and under sampling (accept x with probability p(x), else resample from p without x).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.dflash_format import load_dflash
+from specdec.drafting.dflash_model import ContextCache
+from specdec.drafting.eagle3 import resolve_drafter_path
+from specdec.drafting.registry import register
+
+if TYPE_CHECKING:
+    from specdec.models.loading import LoadedModel
+    from specdec.models.runtime import ForwardResult
+    from specdec.sampling_params import SamplingParams
+
+
+@dataclass
+class DFlashOptions:
+    model: str
+    # draft tokens per step; a drafter proposes at most block_size - 1 (its whole block), larger values use that
+    num_speculative_tokens: int = 15
+
+    def problems(self) -> list[str]:
+        if not 1 <= self.num_speculative_tokens <= 63:
+            return [f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}"]
+        return []
+
+
+@register("dflash")
+class DFlashProposer(Proposer):
+    Options = DFlashOptions
+
+    def __init__(self, options: DFlashOptions, target: LoadedModel) -> None:
+        super().__init__(options, target)
+        if target.decoder is None:
+            raise ValueError("dflash needs the target's hidden states, which only the native runtime provides")
+        drafter, _ = load_dflash(resolve_drafter_path(options.model), target)
+        decoder = target.decoder
+        self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
+        self.drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
+        self.target_layers = drafter.config.runtime_layers
+        self.k = min(options.num_speculative_tokens, drafter.config.block_size - 1)
+        self.cache: ContextCache | None = None
+        self.pending: torch.Tensor | None = None  # target features of committed positions not yet in the cache
+
+    @property
+    def num_speculative_tokens(self) -> int:
+        return self.k
+
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, generator: torch.Generator | None,
+              capacity: int, prefill: ForwardResult | None = None) -> None:
+        if prefill is None:
+            raise ValueError("dflash needs the target's prefill forward")
+        self.cache = ContextCache(self.drafter.config, capacity, self.target.dtype, self.target.device)
+        self.pending = self._features(prefill, range(len(prompt)))
+
+    def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
+        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
+        return torch.cat([result.hidden[i][index] for i in self.target_layers], dim=-1)
+
+    @torch.inference_mode()
+    def _ingest(self, tokens: Sequence[int]) -> None:
+        """Adds the pending committed positions to the context cache: everything before the pending token."""
+        assert self.cache is not None
+        if self.pending is not None:
+            start, n = self.cache.length, self.pending.shape[0]
+            positions = torch.arange(start, start + n, device=self.target.device)
+            self.cache.append(self.drafter.context_kv(self.drafter.context(self.pending), positions))
+            self.pending = None
+        if self.cache.length + 1 != len(tokens):
+            raise RuntimeError(f"dflash state out of step: {self.cache.length} cached positions, {len(tokens)} tokens")
+
+    @torch.inference_mode()
+    def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
+        assert self.cache is not None
+        self._ingest(tokens)
+        k = min(self.k, max_tokens)
+        if k <= 0:
+            return Draft(tokens=[])
+        dev, b = self.target.device, self.drafter.config.block_size
+        # always the whole block: the drafter was trained on full blocks and its attention is bidirectional
+        block = self.drafter.block_tokens(torch.tensor([tokens[-1]], device=dev))
+        positions = torch.arange(len(tokens) - 1, len(tokens) - 1 + b, device=dev)[None]
+        h = self.drafter.blocks(block, positions, self.cache.views(), None)[0]
+        drafted = self.drafter.draft_to_target(self.drafter.draft_logits(h[1 : 1 + k]).argmax(-1))
+        return Draft(tokens=[int(t) for t in drafted.tolist()])
+
+    def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
+                 path: Sequence[int] | None = None) -> None:
+        if verified is None:
+            raise RuntimeError("dflash needs the verification forward's hidden states")
+        kept = [0, *(i + 1 for i in path)] if path is not None else list(range(num_accepted + 1))
+        new = self._features(verified, kept)
+        # a step without a draft (no room left) still commits rows: keep them after any not yet ingested
+        self.pending = new if self.pending is None else torch.cat([self.pending, new])

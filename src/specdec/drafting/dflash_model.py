@@ -1,0 +1,279 @@
+"""The DFlash block-diffusion draft network (arXiv 2602.06036): one forward drafts a whole block.
+
+Target features (outputs of a few target layers, concatenated) go through `fc` and `hidden_norm` to give
+one context vector per committed position. Every draft layer projects those context vectors with its own
+k/v projections and attends from the block's queries to [context keys | block keys]: the queries come from
+the block only, and the block attends to itself without a causal mask. A block is
+[anchor, MASK x (B-1)] at positions anchor_pos .. anchor_pos + B - 1; slot i predicts the token at
+anchor_pos + i. The target's embedding and LM head are shared, frozen, and never stored (`attach_target`).
+
+Parameter names follow vLLM `speculators` (`fc`, `hidden_norm`, `layers.N.self_attn.{q,k,v,o}_proj`,
+`q_norm`, `k_norm`, `input_layernorm`, `post_attention_layernorm`, `mlp`, `norm`, `d2t`, `t2d`).
+
+One code path serves training and inference: `blocks` runs A blocks at once, block a seeing the context
+positions `visible[a]` (training: positions before its anchor, the block-sparse mask) or every cached
+context position (inference: the context cache holds committed positions only).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specdec.drafting.eagle3_model import RMSNorm
+from specdec.models.fast_linear import linear, linear_float
+
+KV = tuple[torch.Tensor, torch.Tensor]  # keys, values of one layer: [kv_heads, n, head_dim] each
+
+
+@dataclass
+class DFlashConfig:
+    hidden_size: int
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int
+    head_dim: int
+    num_hidden_layers: int
+    vocab_size: int  # the target's
+    draft_vocab_size: int
+    target_hidden_size: int
+    block_size: int
+    mask_token_id: int
+    # DFlash convention: the OUTPUTS of these target layers, i.e. our runtime's hidden[id + 1] (hidden[i] is
+    # the residual stream entering layer i). EAGLE-3's aux ids are runtime indices; never mix the two.
+    aux_layer_ids: list[int] = field(default_factory=list)
+    rms_norm_eps: float = 1e-6
+    rope_theta: float = 10000.0
+    max_position_embeddings: int = 32768
+
+    @property
+    def runtime_layers(self) -> tuple[int, ...]:
+        """The runtime hidden-state indices holding the aux layers' outputs."""
+        return tuple(i + 1 for i in self.aux_layer_ids)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _lin(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """Inference runs our row kernel (oneDNN's bf16 path is slow for a handful of rows); training autograd."""
+    if torch.is_grad_enabled():
+        return layer(x)
+    y = linear(x.reshape(-1, x.shape[-1]).to(layer.weight.dtype), layer.weight, layer.bias)
+    return y.view(*x.shape[:-1], y.shape[-1])
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Llama-style RoPE (halves rotated); x [..., *positions.shape, head_dim], positions of any shape."""
+    half = x.shape[-1] // 2
+    inv = 1.0 / (theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half))
+    ang = positions.to(torch.float32)[..., None] * inv
+    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
+def attend(q: torch.Tensor, ctx: KV, blk: KV, visible: torch.Tensor | None, scale: float) -> torch.Tensor:
+    """Block attention. q [heads, A, B, d]; ctx keys/values [kv_heads, N, d]; blk keys/values
+    [kv_heads, A, B, d]; visible [A, N] bool (None: all). Block a's queries see the context positions
+    visible[a] and all B positions of block a, nothing of other blocks. Returns [heads, A, B, d].
+
+    Scores against the context and against the own block are computed apart and share one softmax, so the
+    block-diagonal part never materialises an [A*B, A*B] matrix. Query heads sharing a KV head are grouped
+    (no copy of the keys)."""
+    heads, a, b, d = q.shape
+    kv_heads, n = ctx[0].shape[0], ctx[0].shape[1]
+    qg = q.reshape(kv_heads, heads // kv_heads, a, b, d)
+    s_ctx = torch.einsum("kgabd,knd->kgabn", qg, ctx[0]) * scale
+    if visible is not None:
+        s_ctx = s_ctx.masked_fill(~visible[:, None, :], float("-inf"))
+    s_blk = torch.einsum("kgabd,kacd->kgabc", qg, blk[0]) * scale
+    w = torch.softmax(torch.cat([s_ctx, s_blk], dim=-1).float(), dim=-1).to(ctx[1].dtype)
+    out = torch.einsum("kgabn,knd->kgabd", w[..., :n], ctx[1]) + torch.einsum("kgabc,kacd->kgabd", w[..., n:], blk[1])
+    return out.reshape(heads, a, b, d)
+
+
+def context_visibility(anchors: torch.Tensor, seq_len: int) -> torch.Tensor:
+    """Training: the block of an anchor at position p sees the context positions < p ([A, seq_len] bool),
+    exactly what the inference cache holds when that anchor is the pending token."""
+    return torch.arange(seq_len, device=anchors.device)[None, :] < anchors[:, None]
+
+
+def training_attention_mask(anchors: torch.Tensor, seq_len: int, block_size: int) -> torch.Tensor:
+    """The dense form of the training mask, [A*B, seq_len + A*B] over keys [context | all blocks]
+    (speculators' anchor-block mask). `attend` implements it without building it; tests compare both."""
+    a = anchors.numel()
+    ctx = context_visibility(anchors, seq_len).repeat_interleave(block_size, dim=0)
+    block_of = torch.arange(a * block_size, device=anchors.device) // block_size
+    return torch.cat([ctx, block_of[:, None] == block_of[None, :]], dim=1)
+
+
+class DFlashAttention(nn.Module):
+    def __init__(self, c: DFlashConfig) -> None:
+        super().__init__()
+        self.c = c
+        self.q_proj = nn.Linear(c.hidden_size, c.num_attention_heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
+        self.q_norm = RMSNorm(c.head_dim, eps=c.rms_norm_eps)
+        self.k_norm = RMSNorm(c.head_dim, eps=c.rms_norm_eps)
+
+    def kv(self, x: torch.Tensor, positions: torch.Tensor) -> KV:
+        """x [..., H] at positions [...] -> keys, values [kv_heads, ..., d] (RoPE on the keys)."""
+        c = self.c
+        k = self.k_norm(_lin(self.k_proj, x).unflatten(-1, (c.num_key_value_heads, c.head_dim))).movedim(-2, 0)
+        v = _lin(self.v_proj, x).unflatten(-1, (c.num_key_value_heads, c.head_dim)).movedim(-2, 0)
+        return rope(k, positions, c.rope_theta), v
+
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: KV, visible: torch.Tensor | None) -> torch.Tensor:
+        """x [A, B, H] (normed block states) at positions [A, B] -> attention output [A, B, H]."""
+        c = self.c
+        q = self.q_norm(_lin(self.q_proj, x).unflatten(-1, (c.num_attention_heads, c.head_dim))).movedim(-2, 0)
+        q = rope(q, positions, c.rope_theta)
+        blk = self.kv(x, positions)
+        if not torch.is_grad_enabled():  # inference: float32, CPU bf16 batched matmuls are slow at these sizes
+            q, ctx, blk = q.float(), (ctx[0].float(), ctx[1].float()), (blk[0].float(), blk[1].float())
+        out = attend(q, ctx, blk, visible, c.head_dim**-0.5).to(x.dtype)
+        return _lin(self.o_proj, out.movedim(0, -2).flatten(-2))
+
+
+class DFlashMLP(nn.Module):
+    def __init__(self, c: DFlashConfig) -> None:
+        super().__init__()
+        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return _lin(self.down_proj, F.silu(_lin(self.gate_proj, x)) * _lin(self.up_proj, x))
+
+
+class DFlashLayer(nn.Module):
+    def __init__(self, c: DFlashConfig) -> None:
+        super().__init__()
+        self.input_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.self_attn = DFlashAttention(c)
+        self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.mlp = DFlashMLP(c)
+
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, ctx: KV, visible: torch.Tensor | None) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), positions, ctx, visible)
+        return h + self.mlp(self.post_attention_layernorm(h))
+
+
+class DFlashDrafter(nn.Module):
+    def __init__(self, c: DFlashConfig) -> None:
+        super().__init__()
+        if not 0 <= c.mask_token_id < c.vocab_size:
+            raise ValueError(f"mask_token_id {c.mask_token_id} is outside the target's vocabulary of {c.vocab_size}")
+        if c.block_size < 2:
+            raise ValueError(f"block_size must be at least 2, got {c.block_size}")
+        self.config = c
+        self.fc = nn.Linear(len(c.aux_layer_ids) * c.target_hidden_size, c.hidden_size, bias=False)
+        self.hidden_norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        self.layers = nn.ModuleList(DFlashLayer(c) for _ in range(c.num_hidden_layers))
+        self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
+        # draft id d -> target id d + d2t[d]; t2d[t] says whether target id t is in the draft vocab
+        self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.zeros(c.vocab_size, dtype=torch.bool))
+        self._embed: torch.Tensor | None = None
+        self._embed_scale = 1.0
+        self._head: torch.Tensor | None = None
+
+    # -- frozen target parts and the draft vocabulary (as in EAGLE-3) -------------------------------------
+    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
+        """`target_ids` [draft_vocab] ascending: the target tokens the drafter can propose."""
+        ids = torch.as_tensor(target_ids, dtype=torch.long)
+        if ids.numel() != self.config.draft_vocab_size:
+            raise ValueError(f"{ids.numel()} draft tokens for draft_vocab_size {self.config.draft_vocab_size}")
+        self.d2t.copy_(ids - torch.arange(ids.numel()))
+        self.t2d.zero_()
+        self.t2d[ids] = True
+
+    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
+        return draft_ids + self.d2t[draft_ids]
+
+    def target_to_draft(self) -> torch.Tensor:
+        """[vocab] draft index of each target id, -1 outside the draft vocab."""
+        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
+        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
+        index[ids] = torch.arange(ids.numel(), device=ids.device)
+        return index
+
+    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float) -> None:
+        """Frozen views of the target's embedding and LM head (rows of the draft vocab), never trained.
+        Block tokens are embedded as the target embeds its input (Gemma multiplies by sqrt(hidden))."""
+        self._embed = embed_weight.detach()
+        self._embed_scale = embed_scale
+        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
+        self._head = head_weight.detach()[ids.to(head_weight.device)].contiguous()
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self._embed is None:
+            raise RuntimeError("attach_target() first: the drafter uses the target's embedding")
+        return self._embed[tokens] * self._embed_scale  # plain indexing: F.embedding is slow on this big table
+
+    def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm + the target's LM head restricted to the draft vocab, in float32."""
+        assert self._head is not None
+        x = self.norm(h).to(self._head.dtype)
+        if not torch.is_grad_enabled() and x.dim() == 2:
+            return linear_float(x, self._head)  # inference: our row kernel streams the head fastest
+        return F.linear(x, self._head).float()
+
+    def draft_logits_from_normed(self, normed: torch.Tensor) -> torch.Tensor:
+        """The target's own logits over the draft vocab from its final-normed hidden states (training targets)."""
+        assert self._head is not None
+        return F.linear(normed.to(self._head.dtype), self._head).float()
+
+    # -- the network --------------------------------------------------------------------------------------
+    def context(self, features: torch.Tensor) -> torch.Tensor:
+        """[n, len(aux) * target_H] concatenated target layer outputs -> context vectors [n, H]."""
+        return self.hidden_norm(_lin(self.fc, features.to(self.fc.weight.dtype)))
+
+    def context_kv(self, ctx: torch.Tensor, positions: torch.Tensor) -> list[KV]:
+        """Every layer's keys/values of context vectors [n, H] at positions [n]: what the cache stores."""
+        return [layer.self_attn.kv(ctx, positions) for layer in self.layers]
+
+    def block_tokens(self, anchors: torch.Tensor) -> torch.Tensor:
+        """[A] anchor token ids -> [A, B] blocks [anchor, MASK, ..., MASK]."""
+        c = self.config
+        blocks = torch.full((anchors.numel(), c.block_size), c.mask_token_id, dtype=torch.long, device=anchors.device)
+        blocks[:, 0] = anchors
+        return blocks
+
+    def blocks(self, tokens: torch.Tensor, positions: torch.Tensor, ctx: list[KV],
+               visible: torch.Tensor | None) -> torch.Tensor:
+        """tokens, positions [A, B]; ctx: per layer context keys/values over N positions; visible [A, N] or
+        None (all). Returns the last layer's states [A, B, H] (before the final norm)."""
+        h = self.embed(tokens).to(self.fc.weight.dtype)
+        for layer, kv in zip(self.layers, ctx, strict=True):
+            h = layer(h, positions, kv, visible)
+        return h
+
+
+class ContextCache:
+    """Per draft layer, the context keys/values of committed positions 0..length-1 ([layers, kv, cap, d]).
+    Block keys never enter it, so nothing is rolled back after verification."""
+
+    def __init__(self, c: DFlashConfig, capacity: int, dtype: torch.dtype, device: torch.device) -> None:
+        shape = (c.num_hidden_layers, c.num_key_value_heads, capacity, c.head_dim)
+        self.k = torch.zeros(shape, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.length = 0
+
+    def append(self, kvs: list[KV]) -> None:
+        n = kvs[0][0].shape[1]
+        if self.length + n > self.k.shape[2]:
+            raise RuntimeError(f"DFlash context cache full ({self.k.shape[2]} positions)")
+        for i, (k, v) in enumerate(kvs):
+            self.k[i, :, self.length : self.length + n] = k
+            self.v[i, :, self.length : self.length + n] = v
+        self.length += n
+
+    def views(self) -> list[KV]:
+        return [(self.k[i, :, : self.length], self.v[i, :, : self.length]) for i in range(self.k.shape[0])]
