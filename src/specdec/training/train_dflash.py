@@ -1,0 +1,95 @@
+"""`specdec train dflash`: a DFlash block drafter for a target, from self-distilled samples."""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.drafting.dflash_format import save_dflash
+from specdec.drafting.dflash_model import DFlashDrafter
+from specdec.models.loading import LoadedModel
+from specdec.training.dflash_objective import default_dflash_config, default_gamma, dflash_loss, sample_anchors
+from specdec.training.draft_vocab import coverage, frequent_tokens
+from specdec.training.eagle3_objective import StepMetrics, estimated_acceptance_length
+from specdec.training.features import FeatureExtractor
+from specdec.training.self_distill import Sample
+from specdec.training.train_eagle3 import _prompt_tokens
+from specdec.training.trainer import TrainSettings, train
+
+
+@dataclass
+class DFlashTrainOptions:
+    block_size: int = 16
+    num_layers: int = 3
+    draft_vocab_size: int = 32768
+    aux_layers: list[int] | None = None  # DFlash convention (layer outputs); default: default_target_layer_ids
+    mask_token_id: int | None = None  # default: the tokenizer's mask token, else pad
+    num_anchors: int = 64  # blocks per sequence and forward
+    loss_gamma: float | None = None  # default_gamma(block_size)
+    seed: int = 0
+    # runtime hidden indices cached beside the ones DFlash reads (the cache key is the whole set); by default
+    # none, and DFlash's default layers are EAGLE-3's tensors, so one feature cache serves both trainings
+    feature_layers: list[int] | None = None
+
+
+class DFlashObjective:
+    def __init__(self, target: LoadedModel, samples: list[Sample], options: DFlashTrainOptions,
+                 feature_cache: Path | None, cache_budget_bytes: int) -> None:
+        vocab = min(options.draft_vocab_size, target.vocab_size)
+        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                              fallback=_prompt_tokens(target, samples))
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
+        config = default_dflash_config(target, vocab, options.block_size, options.num_layers, options.aux_layers,
+                                       options.mask_token_id)
+        torch.manual_seed(options.seed)
+        self.model = DFlashDrafter(config)
+        self.model.set_draft_vocab(ids)
+        self.target = target
+        self.options = options
+        self.gamma = options.loss_gamma or default_gamma(options.block_size)
+        self.generator = torch.Generator().manual_seed(options.seed)
+        self.after_load()
+        layers = sorted({*config.runtime_layers, *(options.feature_layers or ())})
+        self.features = FeatureExtractor(target, layers, feature_cache, cache_budget_bytes)
+
+    def after_load(self) -> None:
+        decoder = self.target.decoder
+        assert decoder is not None
+        self.model.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
+        self.t2d_index = self.model.target_to_draft()
+
+    def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
+        ids = [*sample.prompt_ids, *sample.response_ids]
+        feats = self.features.get(ids)
+        # validation sees the same anchors every time; training draws new ones every epoch
+        gen = self.generator if self.model.training else torch.Generator().manual_seed(zlib.crc32(sample.id.encode()))
+        anchors = sample_anchors(len(sample.prompt_ids), len(ids), self.options.num_anchors, gen)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
+            return dflash_loss(self.model, torch.tensor(ids), feats, anchors, self.t2d_index, self.gamma)
+
+    def save(self, directory: Path, extra: dict) -> None:
+        weights = DFlashDrafter(self.model.config)
+        weights.load_state_dict(self.model.state_dict())
+        weights = weights.to(self.target.dtype)
+        weights.d2t.copy_(self.model.d2t)
+        weights.t2d.copy_(self.model.t2d)
+        save_dflash(directory, weights, self.target,
+                    {"draft_vocab_coverage": round(self.vocab_coverage, 4), "loss_gamma": self.gamma,
+                     "num_anchors": self.options.num_anchors, **extra})
+
+
+def summarize(step_accuracy: list[float]) -> dict:
+    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
+
+
+def train_dflash(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
+                 options: DFlashTrainOptions, resume: bool = False, feature_cache: Path | None = None,
+                 cache_budget_bytes: int = 4 << 30, progress: bool = True,
+                 reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+    objective = DFlashObjective(target, samples, options, feature_cache, cache_budget_bytes)
+    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+                 reload=reload)
