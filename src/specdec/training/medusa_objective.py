@@ -1,0 +1,55 @@
+"""Medusa's training objective (Medusa-1: the target frozen, only the heads learn).
+
+Head k at position i predicts token i + 2 + k. With greedy self-distilled data every response token is the
+target's argmax, so the soft target of head k at i is the target's own distribution at position i + 1 + k
+(over the draft vocabulary), scored where token i + 2 + k is a response token in the draft vocabulary;
+head k is weighted decay**k (the paper's 0.8**k). Prompt positions are never scored.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from specdec.drafting.medusa_model import TOP_K, MedusaHeads
+from specdec.drafting.vocab_map import head_logits
+from specdec.training.eagle3_objective import StepMetrics
+
+
+@dataclass
+class MedusaMetrics(StepMetrics):
+    ranks: torch.Tensor  # [heads, TOP_K + 1] counts of the label's rank in each head (last column: >= TOP_K)
+
+
+def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hidden: torch.Tensor, decay: float,
+                t2d_index: torch.Tensor) -> tuple[torch.Tensor, MedusaMetrics]:
+    """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily."""
+    c = heads.config
+    T = ids.shape[0]
+    first = max(prompt_len - 1, 0)  # positions whose next token the target generated
+    assert heads._head is not None
+    with torch.no_grad():
+        target_p = torch.softmax(head_logits(final_hidden[first : T - 1], heads._head, c.logit_softcap), dim=-1)
+    h = final_hidden.float()
+    total = torch.zeros((), dtype=torch.float32)
+    correct, counted = [], []
+    ranks = torch.zeros(c.num_heads, TOP_K + 1, dtype=torch.long)
+    for k in range(c.num_heads):
+        rows = torch.arange(max(prompt_len - 2 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
+        labels = t2d_index[ids[rows + 2 + k]] if rows.numel() else rows
+        valid = labels >= 0
+        rows, labels = rows[valid], labels[valid]
+        counted.append(int(rows.numel()))
+        if not rows.numel():
+            correct.append(0)
+            continue
+        logits = heads.logits(heads.head_state(k, h[rows]))
+        p = target_p[rows + 1 + k - first]
+        total = total + (decay**k) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
+        with torch.no_grad():
+            rank = (logits > logits.gather(1, labels[:, None])).sum(-1).clamp_(max=TOP_K)
+            ranks[k] += torch.bincount(rank, minlength=TOP_K + 1).cpu()
+        correct.append(int((rank == 0).sum()))
+    return total, MedusaMetrics(float(total.detach()), correct, counted, ranks)

@@ -1,0 +1,102 @@
+"""`specdec train medusa`: Medusa heads for a target, from self-distilled samples."""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.drafting.medusa_format import save_medusa
+from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads, expected_accepted, tree_from_accuracy
+from specdec.models.loading import LoadedModel
+from specdec.training.draft_vocab import coverage, frequent_tokens
+from specdec.training.eagle3_objective import default_aux_layers, estimated_acceptance_length
+from specdec.training.features import FeatureExtractor
+from specdec.training.medusa_objective import MedusaMetrics, medusa_loss
+from specdec.training.self_distill import Sample
+from specdec.training.train_eagle3 import _prompt_tokens
+from specdec.training.trainer import TrainSettings, train
+
+
+@dataclass
+class MedusaTrainOptions:
+    draft_vocab_size: int = 32768
+    num_heads: int = 4
+    num_layers: int = 1  # ResBlocks per head
+    loss_decay: float = 0.8  # head k weighted decay**k
+    # layers cached with the final hidden state (which is all Medusa reads): EAGLE-3's by default, so one
+    # feature cache serves both trainings
+    feature_layers: list[int] | None = None
+    tree_nodes: int = 24  # nodes of the tree whose estimated acceptance the report gives
+
+
+class MedusaObjective:
+    def __init__(self, target: LoadedModel, samples: list[Sample], options: MedusaTrainOptions,
+                 feature_cache: Path | None, cache_budget_bytes: int) -> None:
+        decoder = target.decoder
+        if decoder is None:
+            raise ValueError("medusa training needs the native runtime (the target's final hidden states)")
+        vocab = min(options.draft_vocab_size, target.vocab_size)
+        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                              fallback=_prompt_tokens(target, samples))
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
+        config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads,
+                              num_layers=options.num_layers, vocab_size=target.vocab_size, draft_vocab_size=vocab,
+                              logit_softcap=decoder.arch.final_logit_softcap)
+        torch.manual_seed(0)
+        self.model = MedusaHeads(config)
+        self.model.set_draft_vocab(ids)
+        self.target, self.options = target, options
+        self.after_load()
+        layers = options.feature_layers if options.feature_layers is not None else default_aux_layers(target.num_layers)
+        self.features = FeatureExtractor(target, layers, feature_cache, cache_budget_bytes)
+        self.recent_ranks: deque[torch.Tensor] = deque(maxlen=200)  # per sequence, for the tree's accuracy table
+
+    def after_load(self) -> None:
+        decoder = self.target.decoder
+        assert decoder is not None
+        self.model.attach_target(decoder.head_weight())
+        self.t2d_index = self.model.target_to_draft()
+
+    def loss(self, sample: Sample) -> tuple[torch.Tensor, MedusaMetrics]:
+        ids = [*sample.prompt_ids, *sample.response_ids]
+        feats = self.features.get(ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
+            loss, metrics = medusa_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats.final_hidden,
+                                        self.options.loss_decay, self.t2d_index)
+        self.recent_ranks.append(metrics.ranks)
+        return loss, metrics
+
+    def rank_accuracy(self) -> list[list[float]] | None:
+        """P(head k's rank-r candidate is the label), over the recent sequences."""
+        if not self.recent_ranks:
+            return None
+        counts = torch.stack(list(self.recent_ranks)).sum(0).double()
+        table = counts[:, :-1] / counts.sum(-1, keepdim=True).clamp(min=1)
+        return [[round(float(x), 5) for x in row] for row in table]
+
+    def save(self, directory: Path, extra: dict) -> None:
+        weights = MedusaHeads(self.model.config)
+        weights.load_state_dict(self.model.state_dict())
+        accuracy = self.rank_accuracy()
+        info = {"draft_vocab_coverage": round(self.vocab_coverage, 4)}
+        if accuracy is not None:
+            tree = tree_from_accuracy(accuracy, self.options.tree_nodes)
+            info["estimated_tree_acceptance_length"] = round(expected_accepted(accuracy, tree), 3)
+        save_medusa(directory, weights.to(self.target.dtype), self.target, accuracy, {**info, **extra})
+
+
+def summarize(step_accuracy: list[float]) -> dict:
+    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
+
+
+def train_medusa(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
+                 options: MedusaTrainOptions, resume: bool = False, feature_cache: Path | None = None,
+                 cache_budget_bytes: int = 4 << 30, progress: bool = True,
+                 reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+    objective = MedusaObjective(target, samples, options, feature_cache, cache_budget_bytes)
+    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+                 reload=reload)

@@ -1,0 +1,181 @@
+"""Medusa: static trees, drafts that follow the heads' ranks, training, format, losslessness, acceptance."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from specdec import LLM, SamplingParams
+from specdec.drafting.medusa_format import load_medusa
+from specdec.drafting.medusa_model import (
+    choice_problems,
+    expected_accepted,
+    prior_accuracy,
+    sort_paths,
+    tree_from_accuracy,
+    tree_parents,
+)
+from specdec.training.train_medusa import MedusaTrainOptions, train_medusa
+from specdec.training.trainer import TrainSettings
+
+from eagle3_helpers import greedy_samples
+from medusa_helpers import make_random_medusa
+from stat_helpers import chi_square_pvalue
+from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
+
+PROMPTS = ["The quick brown fox", "Once upon a time, in a land", "def fibonacci(n):"]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+
+
+def _same_greedy(target, config, prompts=PROMPTS) -> LLM:
+    plain, spec = LLM(loaded=target), LLM(loaded=target, speculative_config=config)
+    for prompt in prompts:
+        assert spec.generate(prompt, GREEDY)[0].outputs[0].token_ids == plain.generate(prompt, GREEDY)[0].outputs[0].token_ids
+    return spec
+
+
+def test_tree_from_accuracy_keeps_the_likeliest_paths():
+    acc = [[0.8, 0.1], [0.5, 0.3], [0.9, 0.05]]
+    paths = tree_from_accuracy(acc, 4)
+    # path probabilities: (0,) .8, (0,0) .4, (0,0,0) .36, (0,1) .24, (1,) .1
+    assert paths == [(0,), (0, 0), (0, 1), (0, 0, 0)]
+    assert tree_parents(paths) == [-1, 0, 0, 1]
+    assert tree_from_accuracy(acc, 10, max_depth=1) == [(0,), (1,)]
+    assert expected_accepted(acc, paths) == pytest.approx(1 + 0.8 + 0.4 + 0.24 + 0.36)
+    assert len(tree_from_accuracy(prior_accuracy(4), 24)) == 24
+
+
+def test_choice_problems():
+    assert choice_problems([[0], [0, 1], [1]]) == []
+    assert "parent" in choice_problems([[0], [1, 0]])[0]
+    assert "deeper" in choice_problems([[0], [0, 0], [0, 0, 0]], num_heads=2)[0]
+    assert choice_problems([])
+    assert sort_paths([[1], [0, 0], [0]]) == [(0,), (1,), (0, 0)]
+
+
+def test_drafts_follow_the_head_ranks(zoo, tmp_path):
+    target = zoo.load("llama")
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=150, num_heads=3)
+    choices = [[0], [1], [0, 0], [0, 2], [1, 0], [0, 0, 0]]
+    llm = LLM(loaded=target, speculative_config={"method": "medusa", "model": path, "medusa_choices": choices})
+    proposer = llm.proposer
+    hidden = torch.randn(1, target.decoder.arch.hidden_size).to(target.dtype)
+    proposer.hidden = hidden
+    draft = proposer.propose([1, 2, 3], max_tokens=8)
+    heads = proposer.heads
+    top = heads.all_logits(hidden)[:, 0].topk(3, dim=-1).indices
+    paths = sort_paths(choices)
+    assert draft.parents == tree_parents(paths) and draft.probs is None
+    for node, p in zip(draft.tokens, paths):
+        assert node == int(heads.draft_to_target(top[len(p) - 1, p[-1]]))
+    assert len(proposer.propose([1, 2, 3], max_tokens=2).tokens) == 5  # depth 3 left out
+
+
+def test_invalid_choices_are_a_clear_error(zoo, tmp_path):
+    path = make_random_medusa(zoo.load("llama"), tmp_path / "d", num_heads=2)
+    with pytest.raises(ValueError, match="needs its parent"):
+        LLM(loaded=zoo.load("llama"), speculative_config={"method": "medusa", "model": path,
+                                                         "medusa_choices": [[0], [1, 1]]})
+    with pytest.raises(ValueError, match="deeper than the drafter's 2 heads"):
+        LLM(loaded=zoo.load("llama"), speculative_config={"method": "medusa", "model": path,
+                                                         "medusa_choices": [[0], [0, 0], [0, 0, 0]]})
+
+
+@pytest.mark.parametrize("tree", [{}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}, {"tree_num_draft_tokens": 40}])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_greedy_equals_plain_decoding(zoo, tmp_path, family, tree):
+    target = zoo.load(family)
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=200)
+    _same_greedy(target, {"method": "medusa", "model": path, **tree})
+
+
+def test_save_load_round_trip(zoo, tmp_path):
+    target = zoo.load("llama")
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=100, seed=3, num_heads=4, num_layers=2)
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["speculators_model_type"] == "medusa" and config["architectures"] == ["MedusaSpeculator"]
+    assert config["medusa_num_heads"] == 4 and config["medusa_num_layers"] == 2 and config["draft_vocab_size"] == 100
+    assert config["speculators_config"]["verifier"]["vocab_size"] == target.vocab_size
+    saved = load_file(str(tmp_path / "d" / "model.safetensors"))
+    assert not any("lm_head" in k or "embed" in k for k in saved)  # the target's LM head is shared
+    heads, _ = load_medusa(path, target)
+    assert set(saved) == set(heads.state_dict())
+    for name, tensor in heads.state_dict().items():
+        torch.testing.assert_close(tensor.to(saved[name].dtype), saved[name])
+    # separate weights per head and per layer (the reference's `[ResBlock] * n` would share them)
+    w = [heads.medusa_head[k][j].linear.weight for k in range(4) for j in range(2)]
+    assert len({t.data_ptr() for t in w}) == 8 and not torch.equal(w[0], w[1])
+    assert int(heads.t2d.sum()) == 100
+
+
+def test_drafter_for_another_target_is_refused(zoo, tmp_path):
+    path = make_random_medusa(zoo.load("llama"), tmp_path / "d")
+    with pytest.raises(ValueError, match="trained for"):
+        LLM(loaded=zoo.load("llama_draft"), speculative_config={"method": "medusa", "model": path})
+
+
+@pytest.fixture(scope="module")
+def trained_bigram_medusa(zoo, tmp_path_factory):
+    """Heads trained briefly on the bigram target (next token = f(current token)): learnable in seconds."""
+    target = zoo.load("bigram")
+    out = tmp_path_factory.mktemp("bigram_medusa")
+    settings = TrainSettings(max_steps=60, tokens_per_step=256, lr=1e-2, warmup_steps=5, val_fraction=0.1,
+                             checkpoint_every=20)
+    report = train_medusa(target, greedy_samples(target, 64), out, settings,
+                          MedusaTrainOptions(draft_vocab_size=256, num_heads=3), progress=False)
+    return out, report
+
+
+def test_training_reduces_loss_and_writes_a_drafter(trained_bigram_medusa):
+    out, report = trained_bigram_medusa
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 60
+    first, last = np.mean([r["loss"] for r in log[:5]]), np.mean([r["loss"] for r in log[-5:]])
+    assert last < 0.5 * first, (first, last)
+    assert report["validation"]["step_accuracy"][0] > 0.5
+    config = json.loads((out / "config.json").read_text())
+    accuracy = config["specdec"]["head_rank_accuracy"]  # what the default tree is built from
+    assert len(accuracy) == 3 and len(accuracy[0]) == 10 and accuracy[0][0] > 0.5
+
+
+def test_trained_heads_are_accepted(zoo, trained_bigram_medusa, tmp_path):
+    """Acceptance regression: a hidden-state/position misalignment would bring trained heads down to
+    untrained ones' acceptance while the outputs stay right."""
+    out, _ = trained_bigram_medusa
+    target = zoo.load("bigram")
+    untrained = make_random_medusa(target, tmp_path / "random", draft_vocab_size=256)
+    prompts = [{"prompt_token_ids": s.prompt_ids} for s in greedy_samples(target, 4, seed=9)]  # unseen
+    for extra in ({}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}):
+        rates = {}
+        for name, path in (("trained", str(out)), ("untrained", untrained)):
+            spec = _same_greedy(target, {"method": "medusa", "model": path, **extra}, prompts)
+            rates[name] = spec.stats.mean_acceptance_length
+        assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), (extra, rates)
+
+
+@pytest.fixture(scope="module")
+def small_vocab_medusa(zoo, tmp_path_factory):
+    target = zoo.load("small_vocab")
+    return make_random_medusa(target, tmp_path_factory.mktemp("sv_medusa") / "d", draft_vocab_size=10, seed=2)
+
+
+@pytest.mark.parametrize("case", ["t1", "warped"])
+def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, small_vocab_medusa,  # noqa: F811
+                                                  case):
+    config = {"method": "medusa", "model": small_vocab_medusa, "medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]}
+    llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
+    vocab = llm.model.vocab_size
+    samples = np.array([
+        llm.generate({"prompt_token_ids": small_prompt},
+                     SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case]))[0].outputs[0].token_ids
+        for seed in range(NUM_SAMPLES)
+    ])
+    joint12, p3 = exact_first_tokens[case]
+    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
+    assert chi_square_pvalue(pairs, joint12) > 1e-4
+    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
+    assert llm.stats.acceptance_rate < 0.95
