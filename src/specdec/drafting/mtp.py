@@ -1,0 +1,156 @@
+"""MTP drafting: `{"method": "mtp"}` uses the MTP layers of the target's own checkpoint, `{"method":
+"mtp", "model": DIR}` a drafter trained with `specdec train mtp`; `num_speculative_tokens` chained steps.
+
+Every depth k keeps its own KV cache, as in training, where depth k runs causally over its own positions.
+With n + 1 committed tokens (positions 0..n) and the pending token t_{n+1}, depth k's entry at position i
+needs t_{i+k}, so entries up to i = n + 1 - k are final and kept; the rest, up to i = n, read drafted
+tokens and are dropped after the step. Draft d_k comes from depth k at position n. Depths beyond the
+step's draft length catch up on the next step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.eagle3 import resolve_drafter_path
+from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
+from specdec.drafting.mtp_model import MTPDrafter
+from specdec.drafting.registry import register
+from specdec.models.attention_mask import build_mask
+from specdec.models.kv_cache import KVCache
+from specdec.verification.probabilities import sample, sampling_probs
+
+if TYPE_CHECKING:
+    from specdec.models.loading import LoadedModel
+    from specdec.models.runtime import ForwardResult
+    from specdec.sampling_params import SamplingParams
+
+# (depth, draft-vocab logits [Vd]) -> (target token id, q over the target vocab or None for a point mass)
+Pick = Callable[[int, torch.Tensor], tuple[int, torch.Tensor | None]]
+
+
+class MTPState:
+    """One request's MTP state: target final hidden states of committed positions, and per depth its
+    KV cache and its final outputs (the next depth's inputs)."""
+
+    def __init__(self, drafter: MTPDrafter, depths: int, capacity: int) -> None:
+        a, dev, dtype = drafter.arch, drafter.d2t.device, drafter.target.dtype
+        self.drafter, self.capacity = drafter, capacity
+        self.features = torch.zeros(capacity, a.hidden_size, dtype=dtype, device=dev)
+        self.length = 0  # committed positions whose target features arrived
+        self.caches = [KVCache(1, a.num_kv_heads, a.head_dim, capacity, dtype, dev) for _ in range(depths)]
+        self.outputs = [torch.zeros(capacity, a.hidden_size, dtype=dtype, device=dev) for _ in range(depths)]
+        self.last_logits: list[torch.Tensor] = []  # per depth of the last draft (tests)
+
+    def add(self, final_hidden: torch.Tensor) -> None:
+        n = final_hidden.shape[0]
+        if self.length + n > self.capacity:
+            raise RuntimeError(f"MTP state full ({self.capacity} positions)")
+        self.features[self.length : self.length + n] = final_hidden
+        self.length += n
+
+    def _run(self, depth: int, x: torch.Tensor, start: int) -> torch.Tensor:
+        """Depth's block over positions start..start+len(x)-1 as a chain after its cache."""
+        d, cache = self.drafter, self.caches[depth - 1]
+        block = d.module_for(depth).block
+        m, dev = x.shape[0], x.device
+        positions = torch.arange(start, start + m, device=dev)
+        cache.reserve(m, positions)
+        ancestry = torch.ones(m, m, dtype=torch.bool, device=dev).tril_()
+        allowed = build_mask(cache.positions, cache.length, ancestry, positions, block.window)
+        zero = torch.zeros((), dtype=torch.float32, device=dev)
+        mask = torch.where(allowed, zero, float("-inf")).repeat(d.arch.num_heads // d.arch.num_kv_heads, 1)
+        cos, sin = d.rope(positions, self.capacity)
+        return block(x, cos, sin, mask, cache)
+
+    @torch.inference_mode()
+    def draft(self, tokens: Sequence[int], depth: int, pick: Pick) -> Draft:
+        if self.length != len(tokens) - 1:
+            raise RuntimeError(f"MTP state out of step: features of {self.length} positions, {len(tokens)} tokens")
+        d, dev = self.drafter, self.features.device
+        seq, probs = list(tokens), []
+        last = self.length - 1  # position n
+        prev_final, prev_drafted = self.length, self.features[:0]  # depth 0 = the target's features
+        self.last_logits = []
+        for k in range(1, min(depth, len(self.caches)) + 1):
+            cache, module = self.caches[k - 1], d.module_for(k)
+            start, final = cache.length, max(self.length + 1 - k, 0)  # entries [start, final) are kept
+            source = self.features if k == 1 else self.outputs[k - 2]
+            hidden = torch.cat([source[start:prev_final], prev_drafted[max(start - prev_final, 0) :]])
+            ids = torch.tensor(seq[start + k : last + k + 1], dtype=torch.long, device=dev)
+            out = self._run(k, module.project(d.embed(ids), hidden), start)
+            cache.commit(range(final - start))
+            self.outputs[k - 1][start:final] = out[: final - start]
+            prev_final, prev_drafted = final, out[final - start :]
+            logits = d.logits(module, out[-1:])[0]
+            self.last_logits.append(logits)
+            token, q = pick(k, logits)
+            seq.append(token)
+            if q is not None:
+                probs.append(q)
+        drafted = seq[len(tokens) :]
+        return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
+
+
+@dataclass
+class MTPOptions:
+    model: str | None = None  # a trained MTP drafter; None: the MTP layers of the target's checkpoint
+    num_speculative_tokens: int = 3
+
+    def problems(self) -> list[str]:
+        if not 1 <= self.num_speculative_tokens <= 32:
+            return [f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}"]
+        return []
+
+
+@register("mtp")
+class MTPProposer(Proposer):
+    Options = MTPOptions
+
+    def __init__(self, options: MTPOptions, target: LoadedModel) -> None:
+        super().__init__(options, target)
+        if target.decoder is None:
+            raise ValueError("mtp needs the target's hidden states, which only the native runtime provides")
+        if options.model is None:
+            drafter = load_checkpoint_mtp(target)
+        else:
+            drafter, _ = load_mtp(resolve_drafter_path(options.model), target)
+        self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
+        self.drafter.attach_target(target.decoder)
+        self.drafter.prepare()
+        self.state: MTPState | None = None
+        self.sampling: SamplingParams | None = None
+        self.generator: torch.Generator | None = None
+
+    def begin(self, prompt: Sequence[int], sampling: SamplingParams, generator: torch.Generator | None,
+              capacity: int, prefill: ForwardResult | None = None) -> None:
+        if prefill is None or prefill.final_hidden is None:
+            raise ValueError("mtp needs the target's prefill forward")
+        self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity)
+        self.state.add(prefill.final_hidden)
+        self.sampling, self.generator = sampling, generator
+
+    def _pick(self, depth: int, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
+        s = self.sampling
+        if s is None or s.greedy:
+            return int(self.drafter.draft_to_target(logits.argmax())), None
+        full = logits.new_full((self.target.vocab_size,), float("-inf"))
+        full[self.drafter.draft_ids()] = logits
+        q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
+        return sample(q, self.generator), q
+
+    def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
+        assert self.state is not None
+        return self.state.draft(tokens, min(self.options.num_speculative_tokens, max_tokens), self._pick)
+
+    def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
+                 path: Sequence[int] | None = None) -> None:
+        if verified is None or verified.final_hidden is None or self.state is None:
+            raise RuntimeError("mtp needs the verification forward's final hidden states")
+        kept = [0, *(i + 1 for i in path)] if path is not None else list(range(num_accepted + 1))
+        self.state.add(verified.final_hidden[kept])

@@ -1,0 +1,94 @@
+"""`specdec train mtp`: an external MTP drafter (DeepSeek-V3 style modules) for a target that has none."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from specdec.drafting.mtp_format import save_mtp
+from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target_layer
+from specdec.models.loading import LoadedModel
+from specdec.training.draft_vocab import coverage, frequent_tokens
+from specdec.training.eagle3_objective import StepMetrics, default_aux_layers, estimated_acceptance_length
+from specdec.training.features import FeatureExtractor
+from specdec.training.mtp_objective import mtp_loss, step_weights
+from specdec.training.self_distill import Sample
+from specdec.training.train_eagle3 import _prompt_tokens
+from specdec.training.trainer import TrainSettings, train
+
+
+@dataclass
+class MTPTrainOptions:
+    draft_vocab_size: int = 32768
+    num_modules: int = 1  # depth k trains module min(k, num_modules): one module can serve every step
+    steps: int = 3  # depths trained
+    step_weight_beta: float = 0.6  # depth k weighted beta**(k - 1), normalised
+    init_layer: int | None = -1  # target layer the blocks start from (-1: the last); None: random
+    # layers cached with the final hidden state (which is all MTP reads): EAGLE-3's by default, so one
+    # feature cache serves every training
+    feature_layers: list[int] | None = None
+    num_speculative_tokens: int = 3  # written into the speculators proposal method
+
+
+class MTPObjective:
+    def __init__(self, target: LoadedModel, samples: list[Sample], options: MTPTrainOptions,
+                 feature_cache: Path | None, cache_budget_bytes: int) -> None:
+        decoder = target.decoder
+        if decoder is None:
+            raise ValueError("mtp training needs the native runtime (the target's final hidden states)")
+        arch = decoder.arch
+        vocab = min(options.draft_vocab_size, target.vocab_size)
+        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                              fallback=_prompt_tokens(target, samples))
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
+        layer = None if options.init_layer is None else options.init_layer % arch.num_layers
+        self.config = MTPConfig(num_modules=options.num_modules, hidden_size=arch.hidden_size,
+                                vocab_size=target.vocab_size, draft_vocab_size=vocab,
+                                first_layer_index=arch.num_layers,
+                                layer_type=FULL if layer is None else arch.layer_types[layer])
+        torch.manual_seed(0)
+        self.model = MTPDrafter(self.config, arch).float()
+        if layer is not None:
+            init_from_target_layer(self.model, decoder, layer)
+        self.model.set_draft_vocab(ids)
+        self.target, self.options = target, options
+        self.weights = step_weights(options.steps, options.step_weight_beta)
+        self.after_load()
+        layers = options.feature_layers if options.feature_layers is not None else default_aux_layers(target.num_layers)
+        self.features = FeatureExtractor(target, layers, feature_cache, cache_budget_bytes)
+
+    def after_load(self) -> None:
+        decoder = self.target.decoder
+        assert decoder is not None
+        self.model.attach_target(decoder)
+        self.t2d_index = self.model.target_to_draft()
+
+    def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
+        ids = [*sample.prompt_ids, *sample.response_ids]
+        feats = self.features.get(ids)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
+            return mtp_loss(self.model, torch.tensor(ids, device=self.target.device), len(sample.prompt_ids),
+                            feats.final_hidden, self.weights, self.t2d_index)
+
+    def save(self, directory: Path, extra: dict) -> None:
+        weights = MTPDrafter(self.config, self.model.arch)
+        weights.load_state_dict(self.model.state_dict())
+        save_mtp(directory, weights.to(self.target.dtype), self.target, self.options.num_speculative_tokens,
+                 {"draft_vocab_coverage": round(self.vocab_coverage, 4),
+                  "train_steps": self.options.steps, "step_weights": [round(w, 4) for w in self.weights], **extra})
+
+
+def summarize(step_accuracy: list[float]) -> dict:
+    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
+
+
+def train_mtp(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
+              options: MTPTrainOptions, resume: bool = False, feature_cache: Path | None = None,
+              cache_budget_bytes: int = 4 << 30, progress: bool = True,
+              reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+    objective = MTPObjective(target, samples, options, feature_cache, cache_budget_bytes)
+    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+                 reload=reload)

@@ -1,0 +1,206 @@
+"""MTP: training forward equals chained inference, checkpoint MTP layers, training, format, losslessness."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file
+from specdec import LLM, SamplingParams
+from specdec.drafting.mtp import MTPState
+from specdec.drafting.mtp_format import load_mtp
+from specdec.drafting.mtp_model import unroll
+from specdec.models.loading import load_model
+from specdec.training.features import FeatureExtractor
+from specdec.training.mtp_objective import step_weights
+from specdec.training.train_mtp import MTPTrainOptions, train_mtp
+from specdec.training.trainer import TrainSettings
+
+from conftest import MODEL_SPECS
+from eagle3_helpers import greedy_samples
+from mtp_helpers import make_mtp_checkpoint, make_random_mtp, random_mtp
+from stat_helpers import chi_square_pvalue
+from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
+
+PROMPTS = ["The quick brown fox", "Once upon a time, in a land", "def fibonacci(n):"]
+GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+
+
+def _same_greedy(target, config, prompts=PROMPTS) -> LLM:
+    plain, spec = LLM(loaded=target), LLM(loaded=target, speculative_config=config)
+    for prompt in prompts:
+        assert spec.generate(prompt, GREEDY)[0].outputs[0].token_ids == plain.generate(prompt, GREEDY)[0].outputs[0].token_ids
+    return spec
+
+
+def test_step_weights_follow_the_reference():
+    assert [round(w, 2) for w in step_weights(3, 0.6)] == [0.51, 0.31, 0.18]
+
+
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_training_forward_equals_chained_inference(zoo, family):
+    """Depth k of the training forward at position t must be what inference computes for the draft d_k
+    after committing positions 0..t, whatever was committed before and however many depths ran: an
+    off-by-one between hidden states and tokens silently collapses acceptance."""
+    target = zoo.load(family, "float32")
+    drafter = random_mtp(target.decoder.arch, target.vocab_size, num_modules=2).eval()  # depth 3 reuses module 2
+    drafter.attach_target(target.decoder)
+    drafter.prepare()
+    ids = torch.randint(3, target.vocab_size, (24,), generator=torch.Generator().manual_seed(1))
+    final = FeatureExtractor(target, []).compute(ids.tolist()).final_hidden
+    depths = 3
+    with torch.no_grad():
+        trained = [drafter.logits(drafter.module_for(k + 1), h) for k, h in enumerate(unroll(drafter, ids, final, depths))]
+    state = MTPState(drafter, depths, capacity=64)
+    committed = 0
+    # t = last committed position; a depth of 1 leaves the deeper caches to catch up later
+    for t, depth in [(0, 3), (1, 3), (2, 3), (5, 1), (6, 2), (7, 3), (12, 3), (13, 3)]:
+        state.add(final[committed : t + 1])
+        committed = t + 1
+        forced = lambda k, logits: (int(ids[t + 1 + k]), None)  # noqa: E731 (the data's next tokens)
+        state.draft(ids[: t + 2].tolist(), depth, forced)
+        assert len(state.last_logits) == depth
+        for k in range(1, depth + 1):
+            if t < trained[k - 1].shape[0]:
+                torch.testing.assert_close(state.last_logits[k - 1], trained[k - 1][t], rtol=1e-4, atol=1e-4)
+
+
+@pytest.fixture(scope="module")
+def mtp_checkpoint(zoo, tmp_path_factory):
+    """The llama tiny model (same seed: same trunk) with two MTP layers after its trunk."""
+    return make_mtp_checkpoint(tmp_path_factory.mktemp("ckpt") / "llama-mtp", MODEL_SPECS["llama"], num_mtp=2)
+
+
+def test_checkpoint_with_mtp_layers_still_loads_as_a_target(zoo, mtp_checkpoint):
+    target, plain = load_model(mtp_checkpoint, dtype="float32", device="cpu"), zoo.load("llama", "float32")
+    assert target.decoder.num_layers == plain.decoder.num_layers  # the MTP layers are not trunk layers
+    ids = list(range(5, 30))
+    a, b = target.new_runtime(), plain.new_runtime()
+    a.reset(128)
+    b.reset(128)
+    assert torch.equal(a.forward(ids).logits, b.forward(ids).logits)
+
+
+def test_checkpoint_mtp_layers_are_loaded_and_draft(mtp_checkpoint):
+    target = load_model(mtp_checkpoint, dtype="bfloat16", device="cpu")
+    spec = _same_greedy(target, {"method": "mtp", "num_speculative_tokens": 3})
+    drafter = spec.proposer.drafter
+    assert drafter.config.num_modules == 2 and drafter.config.draft_vocab_size == target.vocab_size
+    stored = load_file(f"{mtp_checkpoint}/model.safetensors")
+    L = target.num_layers
+    for m in range(2):
+        mine = drafter.layers[m]
+        torch.testing.assert_close(mine.eh_proj.weight, stored[f"model.layers.{L + m}.eh_proj.weight"].bfloat16())
+        torch.testing.assert_close(mine.enorm, stored[f"model.layers.{L + m}.enorm.weight"].bfloat16())
+        q = stored[f"model.layers.{L + m}.self_attn.q_proj.weight"].bfloat16()
+        torch.testing.assert_close(mine.block.qkv.weight[: q.shape[0]], q)
+        down = stored[f"model.layers.{L + m}.mlp.down_proj.weight"].bfloat16()
+        torch.testing.assert_close(mine.block.down.weight, down)
+    assert spec.stats.num_draft_tokens > 0
+
+
+def test_target_without_mtp_layers_is_a_clear_error(zoo):
+    with pytest.raises(ValueError, match="carries no MTP layers"):
+        LLM(loaded=zoo.load("llama"), speculative_config={"method": "mtp"})
+
+
+@pytest.mark.parametrize("modules", [1, 2])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_greedy_equals_plain_decoding(zoo, tmp_path, family, modules):
+    target = zoo.load(family)
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200, num_modules=modules)
+    _same_greedy(target, {"method": "mtp", "model": path, "num_speculative_tokens": 3})
+
+
+def test_save_load_round_trip_in_the_deepseek_layout(zoo, tmp_path):
+    target = zoo.load("llama")
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=100, seed=3, num_modules=2)
+    config = json.loads((tmp_path / "d" / "config.json").read_text())
+    assert config["speculators_model_type"] == "mtp" and config["architectures"] == ["MTPSpeculator"]
+    assert config["num_nextn_predict_layers"] == 2 and config["draft_vocab_size"] == 100
+    assert config["speculators_config"]["verifier"]["vocab_size"] == target.vocab_size
+    saved = load_file(str(tmp_path / "d" / "model.safetensors"))
+    L = target.num_layers
+    assert {f"model.layers.{L}.eh_proj.weight", f"model.layers.{L + 1}.self_attn.q_proj.weight",
+            f"model.layers.{L + 1}.shared_head.norm.weight", "d2t", "t2d"} <= set(saved)
+    assert not any("embed_tokens" in k or "lm_head" in k or "shared_head.head" in k for k in saved)  # shared
+    drafter, _ = load_mtp(path, target)
+    for name, tensor in drafter.to_checkpoint_tensors().items():
+        torch.testing.assert_close(tensor.to(saved[name].dtype), saved[name])
+    assert int(drafter.t2d.sum()) == 100
+
+
+def test_drafter_for_another_target_is_refused(zoo, tmp_path):
+    path = make_random_mtp(zoo.load("llama"), tmp_path / "d")
+    with pytest.raises(ValueError, match="trained for"):
+        LLM(loaded=zoo.load("llama_draft"), speculative_config={"method": "mtp", "model": path})
+
+
+@pytest.fixture(scope="module")
+def trained_bigram_mtp(zoo, tmp_path_factory):
+    """Trained briefly on the bigram target (next token = f(current token)), full vocabulary."""
+    target = zoo.load("bigram")
+    out = tmp_path_factory.mktemp("bigram_mtp")
+    settings = TrainSettings(max_steps=60, tokens_per_step=256, lr=3e-3, warmup_steps=5, val_fraction=0.1,
+                             checkpoint_every=20)
+    report = train_mtp(target, greedy_samples(target, 64), out, settings,
+                       MTPTrainOptions(draft_vocab_size=target.vocab_size, steps=3), progress=False)
+    return out, report
+
+
+def test_training_reduces_loss_and_writes_a_drafter(trained_bigram_mtp):
+    out, report = trained_bigram_mtp
+    log = [json.loads(line) for line in (out / "train_log.jsonl").read_text().splitlines()]
+    assert len(log) == 60
+    first, last = np.mean([r["loss"] for r in log[:5]]), np.mean([r["loss"] for r in log[-5:]])
+    assert last < 0.5 * first, (first, last)
+    assert report["validation"]["step_accuracy"][0] > 0.5
+    assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_trained_drafter_is_accepted_and_works_from_a_checkpoint(zoo, trained_bigram_mtp, tmp_path):
+    """Acceptance regression (trained vs untrained), and the same modules written into the target's
+    checkpoint (DeepSeek layout) draft exactly as the drafter directory does."""
+    out, _ = trained_bigram_mtp
+    target = zoo.load("bigram")
+    untrained = make_random_mtp(target, tmp_path / "random")
+    drafter, _ = load_mtp(out, target)
+    checkpoint = make_mtp_checkpoint(tmp_path / "ckpt", MODEL_SPECS["bigram"], num_mtp=1,
+                                     tensors=drafter.to_checkpoint_tensors())
+    prompts = [s.prompt_ids for s in greedy_samples(target, 4, seed=9)]  # unseen, same distribution
+    rates = {}
+    for name, loaded, model in (("trained", target, str(out)), ("untrained", target, untrained),
+                                ("checkpoint", load_model(checkpoint, device="cpu"), None)):
+        config = {"method": "mtp", "num_speculative_tokens": 3, **({"model": model} if model else {})}
+        spec = _same_greedy(loaded, config, [{"prompt_token_ids": p} for p in prompts])
+        rates[name] = spec.stats.mean_acceptance_length
+    assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), rates
+    assert rates["checkpoint"] == rates["trained"], rates
+
+
+@pytest.fixture(scope="module")
+def small_vocab_mtp(zoo, tmp_path_factory):
+    target = zoo.load("small_vocab")
+    return make_random_mtp(target, tmp_path_factory.mktemp("sv_mtp") / "d", draft_vocab_size=10, seed=2,
+                           num_modules=2)
+
+
+@pytest.mark.parametrize("case", ["t1", "warped"])
+def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, small_vocab_mtp,  # noqa: F811
+                                                  case):
+    llm = LLM(loaded=zoo.load("small_vocab"),
+              speculative_config={"method": "mtp", "model": small_vocab_mtp, "num_speculative_tokens": 3})
+    vocab = llm.model.vocab_size
+    samples = np.array([
+        llm.generate({"prompt_token_ids": small_prompt},
+                     SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case]))[0].outputs[0].token_ids
+        for seed in range(NUM_SAMPLES)
+    ])
+    joint12, p3 = exact_first_tokens[case]
+    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
+    assert chi_square_pvalue(pairs, joint12) > 1e-4
+    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
+    assert llm.stats.acceptance_rate < 0.95
