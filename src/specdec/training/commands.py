@@ -58,6 +58,78 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
     return 0
 
 
+def _samples(args: argparse.Namespace):
+    from specdec.training.self_distill import read_samples
+
+    samples = read_samples(Path(args.data))
+    return samples[: args.max_samples] if args.max_samples else samples
+
+
+def _layers(text: str | None) -> list[int] | None:
+    return [int(x) for x in text.split(",")] if text else None
+
+
+def _run_training(args: argparse.Namespace, train_fn, options) -> int:
+    from specdec.models.loading import load_model
+    from specdec.training.self_distill import read_samples
+
+    target = load_model(args.target, dtype=args.dtype, device=args.device)
+    report = train_fn(target, _samples(args), Path(args.output), _train_settings(args), options,
+                      resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
+                      cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
+                      reload=(lambda: read_samples(Path(args.data))) if args.follow_data else None)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def cmd_train_medusa(args: argparse.Namespace) -> int:
+    from specdec.training.train_medusa import MedusaTrainOptions, train_medusa
+
+    options = MedusaTrainOptions(draft_vocab_size=args.draft_vocab_size, num_heads=args.num_heads,
+                                 num_layers=args.num_layers, loss_decay=args.loss_decay,
+                                 feature_layers=_layers(args.feature_layers))
+    return _run_training(args, train_medusa, options)
+
+
+def cmd_train_mtp(args: argparse.Namespace) -> int:
+    from specdec.training.train_mtp import MTPTrainOptions, train_mtp
+
+    options = MTPTrainOptions(draft_vocab_size=args.draft_vocab_size, num_modules=args.num_modules,
+                              steps=args.steps, step_weight_beta=args.step_weight_beta,
+                              init_layer=None if args.random_init else args.init_layer,
+                              feature_layers=_layers(args.feature_layers),
+                              num_speculative_tokens=args.num_speculative_tokens)
+    return _run_training(args, train_mtp, options)
+
+
+def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
+    """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
+    p.add_argument("--target", default="gemma-3-270m")
+    p.add_argument("--data", required=True, help="directory from `specdec data generate`")
+    p.add_argument("--output", required=True, help="drafter directory + checkpoints")
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--epochs", type=float, default=1.0)
+    p.add_argument("--lr", type=float, default=lr)
+    p.add_argument("--warmup-steps", type=int, default=30)
+    p.add_argument("--grad-clip", type=float, default=0.5)
+    p.add_argument("--tokens-per-step", type=int, default=4096)
+    p.add_argument("--checkpoint-every", type=int, default=25)
+    p.add_argument("--val-fraction", type=float, default=0.03)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-seq-len", type=int, default=1024)
+    p.add_argument("--max-samples", type=int, default=None)
+    p.add_argument("--max-steps", type=int, default=None,
+                   help="total optimizer steps (default: --epochs over the data)")
+    p.add_argument("--follow-data", action="store_true",
+                   help="re-read --data at every epoch (train while `specdec data generate` still runs)")
+    p.add_argument("--draft-vocab-size", type=int, default=32768)
+    p.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
+    p.add_argument("--cache-budget-gb", type=float, default=4.0)
+    p.add_argument("--feature-layers", default=None,
+                   help="layers cached with the final hidden state (default EAGLE-3's 2,L/2,L-3: one cache for all)")
+    _common(p)
+
+
 def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     data = sub.add_parser("data", help="self-distillation data for drafter training")
     data_sub = data.add_subparsers(dest="data_command", required=True)
@@ -105,3 +177,20 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
+
+    medusa = methods.add_parser("medusa", help="Medusa heads on the target's final hidden state")
+    _training_args(medusa, lr=1e-3)
+    medusa.add_argument("--num-heads", type=int, default=4)
+    medusa.add_argument("--num-layers", type=int, default=1, help="ResBlocks per head")
+    medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
+    medusa.set_defaults(func=cmd_train_medusa)
+
+    mtp = methods.add_parser("mtp", help="external MTP drafter (DeepSeek-V3 style modules)")
+    _training_args(mtp, lr=5e-4)
+    mtp.add_argument("--num-modules", type=int, default=1, help="stacked modules; deeper steps reuse the last")
+    mtp.add_argument("--steps", type=int, default=3, help="draft depths trained")
+    mtp.add_argument("--step-weight-beta", type=float, default=0.6, help="depth k weighted beta**(k-1), normalised")
+    mtp.add_argument("--init-layer", type=int, default=-1, help="target layer the blocks start from (-1: last)")
+    mtp.add_argument("--random-init", action="store_true", help="start the blocks from random weights")
+    mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
+    mtp.set_defaults(func=cmd_train_mtp)
