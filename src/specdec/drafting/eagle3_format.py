@@ -34,7 +34,7 @@ def eagle3_config_json(c: Eagle3Config, target: LoadedModel, num_speculative_tok
         "speculators_model_type": "eagle3",
         "speculators_version": SPECULATORS_VERSION,
         "draft_vocab_size": c.draft_vocab_size,
-        "norm_before_residual": False,
+        "norm_before_residual": c.norm_before_residual,
         "target_hidden_size": c.target_hidden_size,
         "eagle_aux_hidden_state_layer_ids": list(c.aux_layer_ids),
         "transformer_layer_config": layer,
@@ -75,6 +75,7 @@ def load_eagle3(directory: str | Path, target: LoadedModel) -> tuple[Eagle3Draft
         rms_norm_eps=layer["rms_norm_eps"],
         rope_theta=layer["rope_theta"],
         max_position_embeddings=layer["max_position_embeddings"],
+        norm_before_residual=bool(config.get("norm_before_residual", False)),
     )
     drafter = Eagle3Drafter(c)
     tensors = {k: v for k, v in tensors.items() if k not in ("embed_tokens.weight", "lm_head.weight")}

@@ -42,6 +42,9 @@ class Eagle3Config:
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0
     max_position_embeddings: int = 32768
+    # speculators' flag: the residual is the *normed* hidden state. Needed for targets whose residual
+    # stream is large (Gemma's reaches RMS ~900), which would otherwise drown the layer's own output.
+    norm_before_residual: bool = True
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -180,14 +183,17 @@ class Eagle3Drafter(nn.Module):
         return self.fc(features.to(self.fc.weight.dtype))
 
     # -- the layer -------------------------------------------------------------------------------------
-    def _layer_input(self, h: torch.Tensor, tokens: torch.Tensor) -> torch.Tensor:
+    def _layer_input(self, h: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(attention input [n, 2H], residual [n, H])"""
         layer = self.layers[0]
         e = self.embed(tokens).to(h.dtype)
-        return torch.cat([layer.input_layernorm(e), layer.hidden_norm(h)], dim=-1)
+        normed = layer.hidden_norm(h)
+        residual = normed if self.config.norm_before_residual else h
+        return torch.cat([layer.input_layernorm(e), normed], dim=-1), residual
 
-    def _layer_output(self, h: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
+    def _layer_output(self, residual: torch.Tensor, attn: torch.Tensor) -> torch.Tensor:
         layer = self.layers[0]
-        h = h + layer.self_attn.out(attn)
+        h = residual + layer.self_attn.out(attn)
         return h + layer.mlp(layer.post_attention_layernorm(h))
 
     def step(
@@ -201,7 +207,8 @@ class Eagle3Drafter(nn.Module):
         """Inference: n new entries appended to `cache`; `visible` [n, cache_len_after] says which cache
         entries (including the new ones) each new entry attends to. Returns the layer outputs [n, H]."""
         attn_mod = self.layers[0].self_attn
-        q, k, v = attn_mod.qkv(self._layer_input(h, tokens), positions)
+        x, residual = self._layer_input(h, tokens)
+        q, k, v = attn_mod.qkv(x, positions)
         keys, values = cache.append(k, v)
         heads = q.shape[0]
         # float32: a few query rows over a short cache, where CPU bf16 batched matmuls are slow
@@ -209,7 +216,7 @@ class Eagle3Drafter(nn.Module):
         attn = F.scaled_dot_product_attention(
             q.float(), _expand_kv(keys, heads).float(), _expand_kv(values, heads).float(), attn_mask=bias
         )
-        return self._layer_output(h, attn.to(h.dtype))
+        return self._layer_output(residual, attn.to(h.dtype))
 
     def train_unrolled(
         self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
@@ -219,7 +226,8 @@ class Eagle3Drafter(nn.Module):
         its own entries of steps 1..j-1 plus this step's (the diagonal), as drafting on its own outputs
         does at inference. Keys of this step are appended to past_k/past_v. h, tokens: [n, ...]."""
         attn_mod = self.layers[0].self_attn
-        q, k, v = attn_mod.qkv(self._layer_input(h, tokens), positions)
+        x, residual = self._layer_input(h, tokens)
+        q, k, v = attn_mod.qkv(x, positions)
         past_k.append(k)
         past_v.append(v)
         n, heads, scale = q.shape[1], q.shape[0], 1.0 / math.sqrt(q.shape[-1])
@@ -232,7 +240,7 @@ class Eagle3Drafter(nn.Module):
         attn = torch.matmul(weights[..., :n], v0)
         for i, vi in enumerate(past_v[1:]):
             attn = attn + weights[..., n + i : n + i + 1] * _expand_kv(vi[:, :n], heads)
-        return self._layer_output(h, attn)
+        return self._layer_output(residual, attn)
 
 
 class DraftKVCache:
