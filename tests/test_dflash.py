@@ -247,13 +247,17 @@ def test_num_speculative_tokens_is_capped_at_the_block(zoo, tmp_path):
 
 
 # -- losslessness ---------------------------------------------------------------------------------------------
+TREE = {"tree_top_k": 3, "tree_num_draft_tokens": 12}
+
+
+@pytest.mark.parametrize("tree", [None, TREE])
 @pytest.mark.parametrize("block_size", [8, 16])
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
-def test_greedy_equals_plain_decoding(zoo, tmp_path, family, block_size):
+def test_greedy_equals_plain_decoding(zoo, tmp_path, family, block_size, tree):
     target = zoo.load(family)
     path = make_random_dflash(target, tmp_path / "d", draft_vocab_size=200, block_size=block_size)
     plain = LLM(loaded=target)
-    spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": path})
+    spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": path, **(tree or {})})
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     for prompt in PROMPTS:
         want = plain.generate(prompt, params)[0].outputs[0].token_ids
@@ -272,10 +276,11 @@ def small_vocab_drafter(zoo, tmp_path_factory):
     return str(out)
 
 
-@pytest.mark.parametrize("case", list(SAMPLING_CASES))
+@pytest.mark.parametrize("case,shape", [("t1", "chain"), ("warped", "chain"), ("t1", "tree")])
 def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens,  # noqa: F811
-                                                  small_vocab_drafter, case):
-    llm = LLM(loaded=zoo.load("small_vocab"), speculative_config={"method": "dflash", "model": small_vocab_drafter})
+                                                  small_vocab_drafter, case, shape):
+    config = {"method": "dflash", "model": small_vocab_drafter, **(TREE if shape == "tree" else {})}
+    llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
     vocab = llm.model.vocab_size
     params = [SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case])
               for seed in range(NUM_SAMPLES)]
@@ -323,13 +328,14 @@ def test_trained_drafter_is_accepted(zoo, trained_bigram_drafter, tmp_path):
     prompts = [s.prompt_ids for s in greedy_samples(target, 4, seed=9)]  # unseen, same distribution
     plain = LLM(loaded=target)
     rates = {}
-    for name, path in (("trained", str(out)), ("untrained", untrained)):
-        spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": path})
+    for name, path, extra in (("trained", str(out), {}), ("untrained", untrained, {}), ("tree", str(out), TREE)):
+        spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": path, **extra})
         for prompt in prompts:
             want = plain.generate({"prompt_token_ids": prompt}, params)[0].outputs[0].token_ids
             assert spec.generate({"prompt_token_ids": prompt}, params)[0].outputs[0].token_ids == want
         rates[name] = spec.stats.mean_acceptance_length
     assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), rates
+    assert rates["tree"] > 1.8, rates
 
 
 def test_resume_continues_where_it_stopped(zoo, tmp_path):

@@ -5,6 +5,10 @@ layer outputs at those positions (prefill, then the verified rows each `feedback
 block [pending token, MASK x (B-1)] sits at positions len(tokens) - 1 ... and attends to the whole cache
 plus itself. Drafts are the argmax per slot: point masses, so the engine's verification stays exact under
 greedy decoding and under sampling (accept x with probability p(x), else resample from p without x).
+
+Optionally (tree_top_k > 1) the same forward yields a draft tree: slot i's distribution does not depend on
+the tokens drafted before it, so the EAGLE-2 grow/rerank of dynamic_tree.py runs on the per-slot
+log-probabilities alone (path score = sum of the slots' log-probs), without a second drafter forward.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
+from specdec.drafting.dynamic_tree import grow_tree
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.registry import register
 
@@ -32,11 +37,18 @@ class DFlashOptions:
     model: str
     # draft tokens per step; a drafter proposes at most block_size - 1 (its whole block), larger values use that
     num_speculative_tokens: int = 15
+    tree_top_k: int = 1  # > 1: verify a tree of each slot's top candidates (the tree's depth is the above)
+    tree_num_draft_tokens: int = 24  # tree nodes kept after reranking
 
     def problems(self) -> list[str]:
+        out = []
         if not 1 <= self.num_speculative_tokens <= 63:
-            return [f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}"]
-        return []
+            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
+        if not 1 <= self.tree_top_k <= 32:
+            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
+        if not 1 <= self.tree_num_draft_tokens <= 63:
+            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
+        return out
 
 
 @register("dflash")
@@ -95,8 +107,23 @@ class DFlashProposer(Proposer):
         block = self.drafter.block_tokens(torch.tensor([tokens[-1]], device=dev))
         positions = torch.arange(len(tokens) - 1, len(tokens) - 1 + b, device=dev)[None]
         h = self.drafter.blocks(block, positions, self.cache.views(), None)[0]
-        drafted = self.drafter.draft_to_target(self.drafter.draft_logits(h[1 : 1 + k]).argmax(-1))
+        logits = self.drafter.draft_logits(h[1 : 1 + k])  # [k, draft_vocab]
+        if self.options.tree_top_k > 1:
+            return self._tree(logits)
+        drafted = self.drafter.draft_to_target(logits.argmax(-1))
         return Draft(tokens=[int(t) for t in drafted.tolist()])
+
+    def _tree(self, logits: torch.Tensor) -> Draft:
+        logprobs = torch.log_softmax(logits, dim=-1).cpu()
+
+        def expand(frontier: list[int], nodes: list) -> torch.Tensor:
+            # children of a depth-d node are slot d + 1's candidates, whatever the node's own token
+            return logprobs[nodes[frontier[0]].depth].expand(len(frontier), -1)
+
+        o = self.options
+        nodes = grow_tree(logprobs[0], expand, o.tree_top_k, logits.shape[0], o.tree_num_draft_tokens)
+        ids = self.drafter.draft_to_target(torch.tensor([n.token for n in nodes], device=logits.device))
+        return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
