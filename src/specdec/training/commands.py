@@ -102,6 +102,17 @@ def cmd_train_mtp(args: argparse.Namespace) -> int:
     return _run_training(args, train_mtp, options)
 
 
+def cmd_train_dflash(args: argparse.Namespace) -> int:
+    from specdec.training.train_dflash import DFlashTrainOptions, train_dflash
+
+    options = DFlashTrainOptions(block_size=args.block_size, num_layers=args.num_layers,
+                                 draft_vocab_size=args.draft_vocab_size, aux_layers=_layers(args.aux_layers),
+                                 mask_token_id=args.mask_token_id, num_anchors=args.num_anchors,
+                                 loss_gamma=args.loss_gamma, seed=args.seed,
+                                 feature_layers=_layers(args.feature_layers))
+    return _run_training(args, train_dflash, options)
+
+
 def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
@@ -194,3 +205,16 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--random-init", action="store_true", help="start the blocks from random weights")
     mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
     mtp.set_defaults(func=cmd_train_mtp)
+
+    dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")
+    _training_args(dflash, lr=6e-4)
+    dflash.add_argument("--block-size", type=int, default=16, help="block = [anchor, MASK x (B-1)]")
+    dflash.add_argument("--num-layers", type=int, default=3, help="draft decoder layers (as wide as the target's)")
+    dflash.add_argument("--aux-layers", default=None,
+                        help="target layers whose OUTPUTS are read, comma-separated (default 1,L/2-1,L-4: "
+                             "EAGLE-3's tensors, one feature cache)")
+    dflash.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask, else pad token")
+    dflash.add_argument("--num-anchors", type=int, default=64, help="blocks per sequence in one forward")
+    dflash.add_argument("--loss-gamma", type=float, default=None,
+                        help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
+    dflash.set_defaults(func=cmd_train_dflash)
