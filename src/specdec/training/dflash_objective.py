@@ -97,17 +97,18 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
     correct/counted is the conditional acceptance rate of slot i, and 1 + sum of their running products
     the expected tokens per step of a greedy chain (`estimated_acceptance_length`)."""
     c = drafter.config
-    b, t = c.block_size, ids.shape[0]
+    b, t, dev = c.block_size, ids.shape[0], feats.final_hidden.device
+    ids, anchors, t2d_index = ids.to(dev), anchors.to(dev), t2d_index.to(dev)
     ctx = drafter.context(torch.cat([feats.hidden[i] for i in c.runtime_layers], dim=-1).float())
-    kv = drafter.context_kv(ctx, torch.arange(t))
-    positions = anchors[:, None] + torch.arange(b)[None, :]  # [A, B]
+    kv = drafter.context_kv(ctx, torch.arange(t, device=dev))
+    positions = anchors[:, None] + torch.arange(b, device=dev)[None, :]  # [A, B]
     h = drafter.blocks(drafter.block_tokens(ids[anchors]), positions, kv, context_visibility(anchors, t))
-    labels = torch.full((anchors.numel(), b), -1, dtype=torch.long)
+    labels = torch.full((anchors.numel(), b), -1, dtype=torch.long, device=dev)
     inside = positions < t
     labels[inside] = t2d_index[ids[positions[inside]]]
     labels[:, 0] = -1  # the anchor slot is the pending token itself, never a draft
     scored = labels >= 0
-    weights = position_weights(b, gamma)[None, :].expand_as(labels)[scored]
+    weights = position_weights(b, gamma).to(dev)[None, :].expand_as(labels)[scored]
     logits = drafter.draft_logits(h[scored])  # the LM head on scored rows only (most of the cost)
     with torch.no_grad():  # the target's distribution for the token at p, from its state at p - 1
         target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[positions[scored] - 1]), dim=-1)
@@ -115,7 +116,7 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
         ce = -(target_p * F.log_softmax(logits, dim=-1)).sum(-1)
         loss = (weights * ce).sum() / weights.sum()
     else:  # no scored slot: keep the graph so the trainer's backward works
-        loss = sum((p.sum() * 0.0 for p in drafter.parameters() if p.requires_grad), torch.zeros(()))
+        loss = sum((p.sum() * 0.0 for p in drafter.parameters() if p.requires_grad), torch.zeros((), device=dev))
     hit = torch.zeros_like(labels, dtype=torch.bool)
     hit[scored] = logits.argmax(-1) == labels[scored]
     prefix = torch.cumprod(hit[:, 1:].int(), dim=1).bool()  # [A, B-1]: slots 1..i all right

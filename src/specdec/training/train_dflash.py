@@ -48,6 +48,7 @@ class DFlashObjective:
         torch.manual_seed(options.seed)
         self.model = DFlashDrafter(config)
         self.model.set_draft_vocab(ids)
+        self.model.to(target.device)  # float32 weights (bf16 autocast on CPU); the features live there too
         self.target = target
         self.options = options
         self.gamma = options.loss_gamma or default_gamma(options.block_size)
