@@ -46,7 +46,8 @@ def check_stats(s, finished_by_length: bool = True) -> None:
     assert 0 <= s.num_accepted_tokens <= s.num_draft_tokens
     assert s.num_drafts <= s.num_steps
     assert sum(s.accepted_per_position) == s.num_accepted_tokens
-    assert sum(s.drafted_per_position) == s.num_draft_tokens
+    # a chain drafts one token per position; a tree counts its depth there and may hold more nodes
+    assert sum(s.drafted_per_position) <= s.num_draft_tokens
     assert all(a <= d for a, d in zip(s.accepted_per_position, s.drafted_per_position))
     assert all(x >= y for x, y in zip(s.drafted_per_position, s.drafted_per_position[1:]))
     assert all(x >= y for x, y in zip(s.accepted_per_position, s.accepted_per_position[1:]))

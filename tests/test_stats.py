@@ -63,3 +63,14 @@ def test_to_dict_and_summary():
     assert d["tokens_per_second"] == 4.5
     line = s.summary_line()
     assert "0.87500" in line and "7 accepted" in line and "8 drafted" in line and "4.50" in line
+
+
+def test_tree_steps_count_positions_by_depth():
+    """A 10-node tree of depth 3 offers 3 positions; its kept path of 2 accepts positions 1 and 2."""
+    s = SpecDecodingStats()
+    s.record_step(10, 2, positions=3)
+    s.record_step(6, 0, positions=2)
+    assert s.num_draft_tokens == 16 and s.num_accepted_tokens == 2
+    assert s.drafted_per_position == [2, 2, 1]
+    assert s.accepted_per_position == [1, 1]
+    assert s.acceptance_rate_per_position == [0.5, 0.5, 0.0]
