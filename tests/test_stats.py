@@ -73,4 +73,4 @@ def test_tree_steps_count_positions_by_depth():
     assert s.num_draft_tokens == 16 and s.num_accepted_tokens == 2
     assert s.drafted_per_position == [2, 2, 1]
     assert s.accepted_per_position == [1, 1]
-    assert s.acceptance_rate_per_position == [0.5, 0.5]  # zip stops at the last accepted position
+    assert s.acceptance_rate_per_position == [0.5, 0.5, 0.0]

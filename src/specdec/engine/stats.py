@@ -59,7 +59,8 @@ class SpecDecodingStats:
 
     @property
     def acceptance_rate_per_position(self) -> list[float]:
-        return [a / d if d else 0.0 for a, d in zip(self.accepted_per_position, self.drafted_per_position)]
+        accepted = self.accepted_per_position + [0] * (len(self.drafted_per_position) - len(self.accepted_per_position))
+        return [a / d if d else 0.0 for a, d in zip(accepted, self.drafted_per_position)]
 
     @property
     def tokens_per_second(self) -> float:
