@@ -211,9 +211,13 @@ def unroll(drafter: MTPDrafter, ids: torch.Tensor, final_hidden: torch.Tensor, d
     return out
 
 
-def init_from_target_layer(drafter: MTPDrafter, decoder: Decoder, layer: int) -> None:
-    """Starts every module's block from one of the target's layers (a much better start than random)."""
-    source = decoder.layers[layer].state_dict()
-    for m in drafter.layers:
-        m.block.load_state_dict(source)  # type: ignore[union-attr]  (copies into the drafter's dtype)
+def init_from_target(drafter: MTPDrafter, decoder: Decoder, layer: int | None) -> None:
+    """Starts every module's shared_head.norm from the target's final norm (its scale sets the logits'
+    temperature) and, unless `layer` is None, its block from that target layer rather than random."""
+    source = None if layer is None else decoder.layers[layer].state_dict()
+    with torch.no_grad():
+        for m in drafter.layers:
+            m.shared_norm.copy_(decoder.final_norm)  # type: ignore[union-attr]
+            if source is not None:
+                m.block.load_state_dict(source)  # type: ignore[union-attr]  (copies into the drafter's dtype)
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 
 from specdec.drafting.mtp_format import save_mtp
-from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target_layer
+from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import StepMetrics, default_aux_layers, estimated_acceptance_length
@@ -51,8 +51,7 @@ class MTPObjective:
                                 layer_type=FULL if layer is None else arch.layer_types[layer])
         torch.manual_seed(0)
         self.model = MTPDrafter(self.config, arch).float()
-        if layer is not None:
-            init_from_target_layer(self.model, decoder, layer)
+        init_from_target(self.model, decoder, layer)
         self.model.set_draft_vocab(ids)
         self.target, self.options = target, options
         self.weights = step_weights(options.steps, options.step_weight_beta)
