@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Every method the project offers on the default model, in one bench run per prompt set (each method right
+# after the same plain run of each prompt). Run on a quiet machine. Reports in benchmarks/results/.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=benchmarks/results
+mkdir -p "$OUT"
+MT=../shared/data/eval/mt_bench/question.jsonl
+OTHER=benchmarks/prompts/other_kinds.jsonl
+CONFIGS='[
+ {"method": "ngram", "num_speculative_tokens": 5},
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5},
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "tree_top_k": 3, "tree_num_draft_tokens": 10},
+ {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 10},
+ {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 3},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b16", "num_speculative_tokens": 15},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7}
+]'
+bench() {  # name prompts [extra args...]
+  local name=$1 prompts=$2; shift 2
+  .venv/bin/specdec bench --prompts "$prompts" --speculative-config "$CONFIGS" --no-progress \
+    --output "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
+  echo "$(date +%T) $name done"
+}
+bench all-methods-mt_bench "$MT" --limit ${MT_LIMIT:-10}
+bench all-methods-other_kinds "$OTHER"

