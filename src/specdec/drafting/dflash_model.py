@@ -24,7 +24,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.drafting.eagle3_model import RMSNorm
-from specdec.models.fast_linear import linear, linear_float
+from specdec.drafting.vocab_map import SharedTargetParts
+from specdec.models.fast_linear import module_linear as _lin
 
 KV = tuple[torch.Tensor, torch.Tensor]  # keys, values of one layer: [kv_heads, n, head_dim] each
 
@@ -56,14 +57,6 @@ class DFlashConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def _lin(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
-    """Inference runs our row kernel (oneDNN's bf16 path is slow for a handful of rows); training autograd."""
-    if torch.is_grad_enabled():
-        return layer(x)
-    y = linear(x.reshape(-1, x.shape[-1]).to(layer.weight.dtype), layer.weight, layer.bias)
-    return y.view(*x.shape[:-1], y.shape[-1])
 
 
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
@@ -165,7 +158,7 @@ class DFlashLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-class DFlashDrafter(nn.Module):
+class DFlashDrafter(SharedTargetParts):
     def __init__(self, c: DFlashConfig) -> None:
         super().__init__()
         if not 0 <= c.mask_token_id < c.vocab_size:
@@ -177,59 +170,9 @@ class DFlashDrafter(nn.Module):
         self.hidden_norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.layers = nn.ModuleList(DFlashLayer(c) for _ in range(c.num_hidden_layers))
         self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-        # draft id d -> target id d + d2t[d]; t2d[t] says whether target id t is in the draft vocab
-        self.register_buffer("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
-        self.register_buffer("t2d", torch.zeros(c.vocab_size, dtype=torch.bool))
-        self._embed: torch.Tensor | None = None
-        self._embed_scale = 1.0
-        self._head: torch.Tensor | None = None
+        self._init_draft_vocab(c.vocab_size, c.draft_vocab_size)
 
     # -- frozen target parts and the draft vocabulary (as in EAGLE-3) -------------------------------------
-    def set_draft_vocab(self, target_ids: torch.Tensor) -> None:
-        """`target_ids` [draft_vocab] ascending: the target tokens the drafter can propose."""
-        ids = torch.as_tensor(target_ids, dtype=torch.long)
-        if ids.numel() != self.config.draft_vocab_size:
-            raise ValueError(f"{ids.numel()} draft tokens for draft_vocab_size {self.config.draft_vocab_size}")
-        self.d2t.copy_(ids - torch.arange(ids.numel()))
-        self.t2d.zero_()
-        self.t2d[ids] = True
-
-    def draft_to_target(self, draft_ids: torch.Tensor) -> torch.Tensor:
-        return draft_ids + self.d2t[draft_ids]
-
-    def target_to_draft(self) -> torch.Tensor:
-        """[vocab] draft index of each target id, -1 outside the draft vocab."""
-        index = torch.full((self.config.vocab_size,), -1, dtype=torch.long, device=self.d2t.device)
-        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
-        index[ids] = torch.arange(ids.numel(), device=ids.device)
-        return index
-
-    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float) -> None:
-        """Frozen views of the target's embedding and LM head (rows of the draft vocab), never trained.
-        Block tokens are embedded as the target embeds its input (Gemma multiplies by sqrt(hidden))."""
-        self._embed = embed_weight.detach()
-        self._embed_scale = embed_scale
-        ids = self.draft_to_target(torch.arange(self.config.draft_vocab_size, device=self.d2t.device))
-        self._head = head_weight.detach()[ids.to(head_weight.device)].contiguous()
-
-    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
-        if self._embed is None:
-            raise RuntimeError("attach_target() first: the drafter uses the target's embedding")
-        return self._embed[tokens] * self._embed_scale  # plain indexing: F.embedding is slow on this big table
-
-    def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
-        """Final norm + the target's LM head restricted to the draft vocab, in float32."""
-        assert self._head is not None
-        x = self.norm(h).to(self._head.dtype)
-        if not torch.is_grad_enabled() and x.dim() == 2:
-            return linear_float(x, self._head)  # inference: our row kernel streams the head fastest
-        return F.linear(x, self._head).float()
-
-    def draft_logits_from_normed(self, normed: torch.Tensor) -> torch.Tensor:
-        """The target's own logits over the draft vocab from its final-normed hidden states (training targets)."""
-        assert self._head is not None
-        return F.linear(normed.to(self._head.dtype), self._head).float()
-
     # -- the network --------------------------------------------------------------------------------------
     def context(self, features: torch.Tensor) -> torch.Tensor:
         """[n, len(aux) * target_H] concatenated target layer outputs -> context vectors [n, H]."""

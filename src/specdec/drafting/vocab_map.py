@@ -51,6 +51,41 @@ class DraftVocab(nn.Module):
         return head_weight.detach()[self.draft_ids().to(head_weight.device)].contiguous()
 
 
+class SharedTargetParts(DraftVocab):
+    """Mixin for drafters that embed tokens with the target's embedding and predict through its LM head
+    rows of the draft vocabulary (EAGLE-3, DFlash). Needs `self.norm` (the drafter's final norm)."""
+
+    _embed: torch.Tensor | None = None
+    _embed_scale: float = 1.0
+    _head: torch.Tensor | None = None
+    norm: nn.Module
+
+    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float) -> None:
+        """Frozen views of the target's embedding (scaled as the target scales its input) and LM head rows of
+        the draft vocab, never trained nor saved."""
+        self._embed = embed_weight.detach()
+        self._embed_scale = embed_scale
+        self._head = self.head_rows(head_weight)
+
+    def embed(self, tokens: torch.Tensor) -> torch.Tensor:
+        if self._embed is None:
+            raise RuntimeError("attach_target() first: the drafter uses the target's embedding")
+        return self._embed[tokens] * self._embed_scale  # plain indexing: F.embedding is slow on this big table
+
+    def draft_logits(self, h: torch.Tensor) -> torch.Tensor:
+        """Final norm + the target's LM head restricted to the draft vocab, in float32."""
+        assert self._head is not None
+        x = self.norm(h).to(self._head.dtype)
+        if not torch.is_grad_enabled() and x.dim() == 2:
+            return linear_float(x, self._head)  # inference: our row kernel streams the head fastest
+        return F.linear(x, self._head).float()
+
+    def draft_logits_from_normed(self, normed: torch.Tensor) -> torch.Tensor:
+        """The target's own logits over the draft vocab from its final-normed hidden states (training targets)."""
+        assert self._head is not None
+        return F.linear(normed.to(self._head.dtype), self._head).float()
+
+
 def head_logits(x: torch.Tensor, rows: torch.Tensor, softcap: float | None) -> torch.Tensor:
     """float32 logits over the draft vocab from final-normed states x [..., H] (the target's LM head rows),
     with the target's final logit soft-cap when it has one."""

@@ -86,3 +86,12 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if x.shape[0] == 1 and x.dtype == torch.bfloat16:  # float32 is not exact anyway, and slow as two rows
         return F.linear(torch.cat((x, x)), weight, bias)[:1]
     return F.linear(x, weight, bias)
+
+
+def module_linear(layer: torch.nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """`layer(x)`, but without autograd through our row kernel (oneDNN's bf16 path is slow for a handful of
+    rows): drafters' inference calls this, training keeps autograd."""
+    if torch.is_grad_enabled():
+        return layer(x)
+    y = linear(x.reshape(-1, x.shape[-1]).to(layer.weight.dtype), layer.weight, layer.bias)
+    return y.view(*x.shape[:-1], y.shape[-1])
