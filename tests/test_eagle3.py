@@ -11,10 +11,10 @@ from specdec import LLM, SamplingParams
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree, select_subtree
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter
-from specdec.training.eagle3_objective import default_aux_layers, default_eagle3_config, estimated_acceptance_length
+from specdec.training.eagle3_objective import default_aux_layers, default_eagle3_config
 from specdec.training.features import FeatureExtractor
 from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
-from specdec.training.trainer import TrainSettings
+from specdec.training.trainer import TrainSettings, estimated_acceptance_length
 
 from eagle3_helpers import greedy_samples, make_random_eagle3
 from stat_helpers import chi_square_pvalue

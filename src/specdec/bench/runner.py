@@ -90,7 +90,6 @@ def run_bench(
         raise ValueError("no speculative config to benchmark")
     if many and include_transformers:
         raise ValueError("--include-transformers works with one speculative config at a time")
-    speculative_config = configs[0]
     if warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {warmup}")
     params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
@@ -100,9 +99,8 @@ def run_bench(
         loaded = load_model(model, dtype=dtype, device=device)
     plain = LLM(loaded=loaded)
     specs = [LLM(loaded=loaded, speculative_config=c) for c in configs]
-    spec = specs[0]
     tokenizer = loaded.tokenizer
-    hf = _transformers_baseline(loaded, speculative_config, plain, max_new_tokens) if include_transformers else None
+    hf = _transformers_baseline(loaded, configs[0], plain, max_new_tokens) if include_transformers else None
     torch.manual_seed(seed)
 
     for q in questions[:warmup]:

@@ -20,10 +20,9 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from specdec.drafting.eagle3_model import RMSNorm
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models.fast_linear import module_linear as _lin
 
@@ -134,24 +133,13 @@ class DFlashAttention(nn.Module):
         return _lin(self.o_proj, out.movedim(0, -2).flatten(-2))
 
 
-class DFlashMLP(nn.Module):
-    def __init__(self, c: DFlashConfig) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _lin(self.down_proj, F.silu(_lin(self.gate_proj, x)) * _lin(self.up_proj, x))
-
-
 class DFlashLayer(nn.Module):
     def __init__(self, c: DFlashConfig) -> None:
         super().__init__()
         self.input_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.self_attn = DFlashAttention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-        self.mlp = DFlashMLP(c)
+        self.mlp = GatedMLP(c.hidden_size, c.intermediate_size)
 
     def forward(self, h: torch.Tensor, positions: torch.Tensor, ctx: KV, visible: torch.Tensor | None) -> torch.Tensor:
         h = h + self.self_attn(self.input_layernorm(h), positions, ctx, visible)

@@ -18,6 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models.fast_linear import module_linear as _lin
 
@@ -76,17 +77,6 @@ class Eagle3Attention(nn.Module):
         return _lin(self.o_proj, attn.transpose(0, 1).reshape(attn.shape[1], -1))
 
 
-class Eagle3MLP(nn.Module):
-    def __init__(self, c: Eagle3Config) -> None:
-        super().__init__()
-        self.gate_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.up_proj = nn.Linear(c.hidden_size, c.intermediate_size, bias=False)
-        self.down_proj = nn.Linear(c.intermediate_size, c.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return _lin(self.down_proj, F.silu(_lin(self.gate_proj, x)) * _lin(self.up_proj, x))
-
-
 class Eagle3Layer(nn.Module):
     def __init__(self, c: Eagle3Config) -> None:
         super().__init__()
@@ -94,19 +84,7 @@ class Eagle3Layer(nn.Module):
         self.input_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.self_attn = Eagle3Attention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
-        self.mlp = Eagle3MLP(c)
-
-
-class RMSNorm(nn.Module):
-    """RMSNorm computed in float32 whatever the input dtype (bf16 autocast in training, bf16 inference)."""
-
-    def __init__(self, size: int, eps: float) -> None:
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(size))
-        self.eps = eps
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
+        self.mlp = GatedMLP(c.hidden_size, c.intermediate_size)
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:

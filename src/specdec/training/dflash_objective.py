@@ -16,7 +16,8 @@ import torch.nn.functional as F
 
 from specdec.drafting.dflash_model import DFlashConfig, DFlashDrafter, context_visibility
 from specdec.models.loading import LoadedModel
-from specdec.training.eagle3_objective import StepMetrics, default_aux_layers
+from specdec.training.eagle3_objective import default_aux_layers
+from specdec.training.trainer import StepMetrics
 from specdec.training.features import SampleFeatures
 
 

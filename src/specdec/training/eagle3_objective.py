@@ -9,7 +9,6 @@ whose token (the target's greedy choice) is in that vocabulary, weighted by deca
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -17,6 +16,7 @@ import torch.nn.functional as F
 from specdec.drafting.eagle3_model import Eagle3Config, Eagle3Drafter
 from specdec.models.loading import LoadedModel
 from specdec.training.features import SampleFeatures
+from specdec.training.trainer import StepMetrics
 
 
 def default_aux_layers(num_layers: int) -> list[int]:
@@ -41,13 +41,6 @@ def default_eagle3_config(target: LoadedModel, draft_vocab_size: int, aux_layers
         aux_layer_ids=list(aux_layers) if aux_layers is not None else default_aux_layers(int(text.num_hidden_layers)),
         rms_norm_eps=float(getattr(text, "rms_norm_eps", 1e-6)),
     )
-
-
-@dataclass
-class StepMetrics:
-    loss: float
-    correct: list[int]  # per unrolled step: draft argmax == target argmax
-    counted: list[int]  # per unrolled step: positions scored
 
 
 def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: SampleFeatures, steps: int,
@@ -95,12 +88,3 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
         total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         correct.append(int((logits.argmax(-1) == labels).sum()))
     return total, StepMetrics(float(total.detach()), correct, counted)
-
-
-def estimated_acceptance_length(step_accuracy: Sequence[float]) -> float:
-    """1 + sum over k of the product of the first k per-step accuracies (a chain's expected tau)."""
-    tau, run = 1.0, 1.0
-    for a in step_accuracy:
-        run *= a
-        tau += run
-    return tau

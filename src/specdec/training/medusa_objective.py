@@ -15,7 +15,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.medusa_model import TOP_K, MedusaHeads
 from specdec.drafting.vocab_map import head_logits
-from specdec.training.eagle3_objective import StepMetrics
+from specdec.training.trainer import StepMetrics
 
 
 @dataclass

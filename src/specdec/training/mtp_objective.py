@@ -16,7 +16,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.mtp_model import MTPDrafter, unroll
 from specdec.drafting.vocab_map import head_logits
-from specdec.training.eagle3_objective import StepMetrics
+from specdec.training.trainer import StepMetrics
 
 
 def step_weights(steps: int, beta: float) -> list[float]:

@@ -14,7 +14,7 @@ from specdec.drafting.dflash_model import DFlashDrafter
 from specdec.models.loading import LoadedModel
 from specdec.training.dflash_objective import default_dflash_config, default_gamma, dflash_loss, sample_anchors
 from specdec.training.draft_vocab import coverage, frequent_tokens
-from specdec.training.eagle3_objective import StepMetrics, estimated_acceptance_length
+from specdec.training.trainer import StepMetrics
 from specdec.training.features import FeatureExtractor
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
@@ -83,14 +83,11 @@ class DFlashObjective:
                      "num_anchors": self.options.num_anchors, **extra})
 
 
-def summarize(step_accuracy: list[float]) -> dict:
-    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
-
 
 def train_dflash(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
                  options: DFlashTrainOptions, resume: bool = False, feature_cache: Path | None = None,
                  cache_budget_bytes: int = 4 << 30, progress: bool = True,
                  reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
     objective = DFlashObjective(target, samples, options, feature_cache, cache_budget_bytes)
-    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+    return train(objective, samples, output, settings, resume=resume, progress=progress,
                  reload=reload)

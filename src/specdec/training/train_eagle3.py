@@ -13,14 +13,12 @@ from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import (
-    StepMetrics,
     default_eagle3_config,
-    estimated_acceptance_length,
     ttt_loss,
 )
 from specdec.training.features import FeatureExtractor
 from specdec.training.self_distill import Sample
-from specdec.training.trainer import TrainSettings, train
+from specdec.training.trainer import StepMetrics, TrainSettings, train
 
 
 @dataclass
@@ -89,14 +87,11 @@ def _prompt_tokens(target: LoadedModel, samples: list[Sample]) -> list[list[int]
     return out
 
 
-def summarize(step_accuracy: list[float]) -> dict:
-    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
-
 
 def train_eagle3(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
                  options: Eagle3TrainOptions, resume: bool = False, feature_cache: Path | None = None,
                  cache_budget_bytes: int = 4 << 30, progress: bool = True,
                  reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
     objective = Eagle3Objective(target, samples, options, feature_cache, cache_budget_bytes)
-    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+    return train(objective, samples, output, settings, resume=resume, progress=progress,
                  reload=reload)

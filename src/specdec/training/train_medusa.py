@@ -13,7 +13,7 @@ from specdec.drafting.medusa_format import save_medusa
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads, expected_accepted, tree_from_accuracy
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
-from specdec.training.eagle3_objective import default_aux_layers, estimated_acceptance_length
+from specdec.training.eagle3_objective import default_aux_layers
 from specdec.training.features import FeatureExtractor
 from specdec.training.medusa_objective import MedusaMetrics, medusa_loss
 from specdec.training.self_distill import Sample
@@ -89,14 +89,11 @@ class MedusaObjective:
         save_medusa(directory, weights.to(self.target.dtype), self.target, accuracy, {**info, **extra})
 
 
-def summarize(step_accuracy: list[float]) -> dict:
-    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
-
 
 def train_medusa(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
                  options: MedusaTrainOptions, resume: bool = False, feature_cache: Path | None = None,
                  cache_budget_bytes: int = 4 << 30, progress: bool = True,
                  reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
     objective = MedusaObjective(target, samples, options, feature_cache, cache_budget_bytes)
-    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+    return train(objective, samples, output, settings, resume=resume, progress=progress,
                  reload=reload)

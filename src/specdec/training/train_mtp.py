@@ -12,7 +12,8 @@ from specdec.drafting.mtp_format import save_mtp
 from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
-from specdec.training.eagle3_objective import StepMetrics, default_aux_layers, estimated_acceptance_length
+from specdec.training.eagle3_objective import default_aux_layers
+from specdec.training.trainer import StepMetrics
 from specdec.training.features import FeatureExtractor
 from specdec.training.mtp_objective import mtp_loss, step_weights
 from specdec.training.self_distill import Sample
@@ -80,14 +81,11 @@ class MTPObjective:
                   "train_steps": self.options.steps, "step_weights": [round(w, 4) for w in self.weights], **extra})
 
 
-def summarize(step_accuracy: list[float]) -> dict:
-    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
-
 
 def train_mtp(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
               options: MTPTrainOptions, resume: bool = False, feature_cache: Path | None = None,
               cache_budget_bytes: int = 4 << 30, progress: bool = True,
               reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
     objective = MTPObjective(target, samples, options, feature_cache, cache_budget_bytes)
-    return train(objective, samples, output, settings, resume=resume, progress=progress, summarize=summarize,
+    return train(objective, samples, output, settings, resume=resume, progress=progress,
                  reload=reload)

@@ -42,10 +42,32 @@ class TrainSettings:
     max_steps: int | None = None  # total optimizer steps; default from epochs over the data at the start
 
 
+@dataclass
+class StepMetrics:
+    """One sequence's loss and, per draft step (or head, or block slot), correct and scored positions."""
+
+    loss: float
+    correct: list[int]
+    counted: list[int]
+
+
 class Metrics(Protocol):
     loss: float
     correct: list[int]
     counted: list[int]
+
+
+def estimated_acceptance_length(step_accuracy: Sequence[float]) -> float:
+    """1 + sum over k of the product of the first k per-step accuracies (a chain's expected tau)."""
+    tau, run = 1.0, 1.0
+    for a in step_accuracy:
+        run *= a
+        tau += run
+    return tau
+
+
+def chain_summary(step_accuracy: list[float]) -> dict:
+    return {"estimated_chain_acceptance_length": round(estimated_acceptance_length(step_accuracy), 3)}
 
 
 class Objective(Protocol):
@@ -108,7 +130,7 @@ def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
 
 def train(objective: Objective, samples: Sequence[Sample], output: Path, settings: TrainSettings,
           resume: bool = False, progress: bool = True,
-          summarize: Callable[[list[float]], dict] | None = None,
+          summarize: Callable[[list[float]], dict] | None = chain_summary,
           reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
     """Trains; `reload`, when given, is called at every new epoch so data still being generated joins in."""
     output = Path(output)
