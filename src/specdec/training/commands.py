@@ -42,18 +42,29 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
     from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
 
     target = load_model(args.target, dtype=args.dtype, device=args.device)
-    samples = read_samples(Path(args.data))
-    if args.max_samples:
-        samples = samples[: args.max_samples]
+    score_prompt = args.prompt_samples != 0
+
+    def load() -> list:
+        samples = read_samples(Path(args.data))
+        if args.max_samples:
+            samples = samples[: args.max_samples]
+        if not score_prompt:
+            return samples
+        from specdec.training.prompt_samples import with_prompt_samples
+
+        limit = None if args.prompt_samples < 0 else args.prompt_samples
+        return with_prompt_samples(samples, target.tokenizer, args.max_seq_len, limit, seed=args.seed)
+
     options = Eagle3TrainOptions(
         draft_vocab_size=args.draft_vocab_size,
         aux_layers=[int(x) for x in args.aux_layers.split(",")] if args.aux_layers else None,
         ttt_steps=args.ttt_steps, loss_decay=args.loss_decay, noise_std=args.noise_std,
+        score_prompt=score_prompt, init_from=Path(args.init_from) if args.init_from else None,
     )
-    report = train_eagle3(target, samples, Path(args.output), _train_settings(args), options,
+    report = train_eagle3(target, load(), Path(args.output), _train_settings(args), options,
                           resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
                           cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
-                          reload=(lambda: read_samples(Path(args.data))) if args.follow_data else None)
+                          reload=load if args.follow_data else None)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -186,6 +197,10 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--noise-std", type=float, default=0.0)
     e3.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
+    e3.add_argument("--prompt-samples", type=int, default=0,
+                    help="also train on up to N corpus prompts that have no generated response yet, and on the "
+                         "prompt positions of every sample (labels: the target's distribution); 0 = off, -1 = all")
+    e3.add_argument("--init-from", default=None, help="start from this EAGLE-3 drafter (weights and vocabulary)")
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
 

@@ -44,12 +44,15 @@ def default_eagle3_config(target: LoadedModel, draft_vocab_size: int, aux_layers
 
 
 def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: SampleFeatures, steps: int,
-             decay: float, t2d_index: torch.Tensor, noise_std: float = 0.0) -> tuple[torch.Tensor, StepMetrics]:
+             decay: float, t2d_index: torch.Tensor, noise_std: float = 0.0,
+             score_prompt: bool = False) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on were written greedily by the target.
 
     Index t at step j reads token ids[t+1+j] and predicts ids[t+2+j]; it is scored when that token is a
     response token in the draft vocabulary, against the target's distribution at position t+1+j. Prompt
-    positions still serve as attention context. The LM head runs on scored rows only (it is most of the cost).
+    positions serve as attention context only, unless `score_prompt`: then they are scored too, and since
+    a prompt token is the corpus's and not the target's choice, their accuracy label is the target's most
+    likely draft-vocabulary token. The LM head runs on scored rows only (it is most of the cost).
     """
     c = drafter.config
     T = ids.shape[0]
@@ -57,7 +60,7 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     if noise_std:
         fused_in = fused_in + torch.randn_like(fused_in) * noise_std
     h = drafter.fuse(fused_in)
-    first = max(prompt_len - 1, 0)  # positions whose next token the target generated
+    first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
     with torch.no_grad():  # the target's distribution over the draft vocab at those positions
         target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1]), dim=-1)
     next_draft = t2d_index[ids]  # draft index of each token, -1 outside the draft vocab
@@ -77,6 +80,9 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             continue
         rows = torch.arange(lo, hi)
         labels = next_draft[rows + 2 + j]
+        if score_prompt:
+            in_prompt = rows + 2 + j < prompt_len
+            labels = torch.where(in_prompt, target_p[rows + 1 + j - first].argmax(-1), labels)
         valid = labels >= 0
         rows, labels = rows[valid], labels[valid]
         counted.append(int(rows.numel()))

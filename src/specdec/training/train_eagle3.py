@@ -8,7 +8,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafting.eagle3_format import save_eagle3
+from specdec.drafting.eagle3_format import load_eagle3, save_eagle3
 from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
@@ -29,19 +29,28 @@ class Eagle3TrainOptions:
     loss_decay: float = 0.8
     noise_std: float = 0.0
     num_speculative_tokens: int = 5  # written into the speculators proposal method
+    score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
+    init_from: Path | None = None  # start from this drafter's weights and vocabulary (fine-tuning)
 
 
 class Eagle3Objective:
     def __init__(self, target: LoadedModel, samples: list[Sample], options: Eagle3TrainOptions,
                  feature_cache: Path | None, cache_budget_bytes: int) -> None:
-        vocab = min(options.draft_vocab_size, target.vocab_size)
-        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
-                              fallback=_prompt_tokens(target, samples))
-        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
-        config = default_eagle3_config(target, vocab, options.aux_layers)
         torch.manual_seed(0)
-        self.model = Eagle3Drafter(config)
-        self.model.set_draft_vocab(ids)
+        if options.init_from is not None:
+            start, _ = load_eagle3(options.init_from, target)
+            config = start.config
+            self.model = Eagle3Drafter(config)
+            self.model.load_state_dict(start.state_dict())
+            ids = self.model.draft_ids()
+        else:
+            vocab = min(options.draft_vocab_size, target.vocab_size)
+            ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                                  fallback=_prompt_tokens(target, samples))
+            config = default_eagle3_config(target, vocab, options.aux_layers)
+            self.model = Eagle3Drafter(config)
+            self.model.set_draft_vocab(ids)
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
         decoder = target.decoder
         assert decoder is not None
         self.target = target
@@ -61,7 +70,9 @@ class Eagle3Objective:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             return ttt_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats, self.options.ttt_steps,
                             self.options.loss_decay, self.t2d_index,
-                            self.options.noise_std if self.model.training else 0.0)
+                            self.options.noise_std if self.model.training else 0.0,
+                            # validation scores generated responses only, comparable across runs
+                            score_prompt=self.options.score_prompt and self.model.training)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = Eagle3Drafter(self.model.config)

@@ -138,8 +138,9 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
 
     def partition(items: Sequence[Sample]) -> tuple[list[Sample], list[Sample]]:
         usable = [s for s in items if 2 < len(s.prompt_ids) + len(s.response_ids) <= settings.max_seq_len]
-        tr, va = split(usable, settings.val_fraction)
-        return tr, va[: settings.val_max_samples]
+        tr, va = split([s for s in usable if s.response_ids], settings.val_fraction)
+        # prompt-only samples (no generated response) train only: validation measures generated responses
+        return tr + [s for s in usable if not s.response_ids], va[: settings.val_max_samples]
 
     train_set, val_set = partition(samples)
     if not train_set:

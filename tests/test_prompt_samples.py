@@ -1,0 +1,103 @@
+"""Training on prompt positions (prompt-only samples) and fine-tuning a drafter from an existing one."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+from specdec.bench.prompts import render_prompt
+from specdec.cli import main
+from specdec.drafting.eagle3_format import load_eagle3
+from specdec.training import prompt_samples
+from specdec.training.eagle3_objective import ttt_loss
+from specdec.training.prompt_sources import TrainPrompt
+from specdec.training.self_distill import Sample
+from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
+from specdec.training.trainer import TrainSettings, train
+
+from eagle3_helpers import greedy_samples, make_random_eagle3
+
+
+def _objective(target, samples, **options) -> Eagle3Objective:
+    return Eagle3Objective(target, samples, Eagle3TrainOptions(draft_vocab_size=256, ttt_steps=3, **options),
+                           None, 0)
+
+
+def test_prompt_positions_are_scored_only_when_asked(zoo):
+    target = zoo.load("bigram")
+    (sample,) = greedy_samples(target, 1, prompt_len=12, response_len=20)
+    objective = _objective(target, [sample])
+    ids = torch.tensor([*sample.prompt_ids, *sample.response_ids])
+    feats = objective.features.get(ids.tolist())
+    common = (objective.model, ids, len(sample.prompt_ids), feats, 3, 0.8, objective.t2d_index)
+    _, only_response = ttt_loss(*common)
+    _, with_prompt = ttt_loss(*common, score_prompt=True)
+    # every step scores the 20 response tokens; the prompt adds its tokens 2+j..11 at step j
+    assert only_response.counted == [20, 20, 20]
+    assert [b - a for a, b in zip(only_response.counted, with_prompt.counted)] == [10, 9, 8]
+    prompt_only = Sample("p", "test", sample.prompt_ids, [])
+    pid = torch.tensor(prompt_only.prompt_ids)
+    pfeats = objective.features.get(pid.tolist())
+    loss0, none = ttt_loss(objective.model, pid, len(pid), pfeats, 3, 0.8, objective.t2d_index)
+    loss, some = ttt_loss(objective.model, pid, len(pid), pfeats, 3, 0.8, objective.t2d_index, score_prompt=True)
+    assert sum(none.counted) == 0 and float(loss0) == 0.0
+    assert some.counted == [10, 9, 8] and torch.isfinite(loss) and float(loss.detach()) > 0
+
+
+def test_prompt_labels_are_the_targets_choice(zoo):
+    """On a prompt the target itself wrote greedily, the prompt labels equal the text: same accuracy."""
+    target = zoo.load("bigram")
+    (sample,) = greedy_samples(target, 1, prompt_len=4, response_len=30)
+    objective = _objective(target, [sample])
+    ids = torch.tensor([*sample.prompt_ids, *sample.response_ids])
+    feats = objective.features.get(ids.tolist())
+    as_response = ttt_loss(objective.model, ids, 4, feats, 2, 0.8, objective.t2d_index)[1]
+    moved = ttt_loss(objective.model, ids, 20, feats, 2, 0.8, objective.t2d_index, score_prompt=True)[1]
+    as_prompt = ttt_loss(objective.model, ids, 4, feats, 2, 0.8, objective.t2d_index, score_prompt=True)[1]
+    assert moved.correct == as_prompt.correct and moved.counted == as_prompt.counted
+    assert as_prompt.counted[0] == as_response.counted[0] + 2  # prompt tokens 2 and 3
+
+
+def test_prompt_only_samples_never_validate(zoo, tmp_path):
+    target = zoo.load("bigram")
+    generated = greedy_samples(target, 12, response_len=16)
+    prompts = [Sample(f"p{i}", "test", s.prompt_ids, []) for i, s in enumerate(generated)]
+    objective = _objective(target, generated, score_prompt=True)
+    settings = TrainSettings(max_steps=2, tokens_per_step=128, val_fraction=0.5, warmup_steps=1)
+    report = train(objective, generated + prompts, tmp_path / "run", settings, progress=False)
+    assert report["train_samples"] == 12 + len(generated) - report["validation"]["samples"]
+    assert 0 < report["validation"]["samples"] < 12
+
+
+def test_prompt_only_samples_skip_done_and_long_prompts(zoo, monkeypatch):
+    target = zoo.load("bigram")
+    fake = [TrainPrompt(f"id{i}", "chat", ("word " * (3 + 40 * (i == 2)),)) for i in range(6)]
+    monkeypatch.setattr(prompt_samples, "build_prompts", lambda *a, **k: list(fake))
+    short = len(render_prompt(target.tokenizer, fake[0].turns, ()))
+    long = len(render_prompt(target.tokenizer, fake[2].turns, ()))
+    assert short < long
+    out = prompt_samples.prompt_only_samples(target.tokenizer, {"id0"}, max_tokens=short)
+    assert sorted(s.id for s in out) == ["id1", "id3", "id4", "id5"]
+    assert all(s.response_ids == [] and len(s.prompt_ids) == short for s in out)
+    assert len(prompt_samples.prompt_only_samples(target.tokenizer, set(), short, limit=2)) == 2
+
+
+def test_init_from_starts_from_the_drafters_weights_and_vocab(zoo, tmp_path, capsys):
+    target = zoo.load("bigram")
+    start = make_random_eagle3(target, tmp_path / "start", draft_vocab_size=200, seed=3)
+    objective = _objective(target, greedy_samples(target, 2), init_from=tmp_path / "start")
+    loaded, _ = load_eagle3(start, target)
+    for name, tensor in loaded.state_dict().items():
+        assert torch.equal(objective.model.state_dict()[name].to(tensor.dtype), tensor), name
+    assert objective.model.config.draft_vocab_size == 200
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
+            for s in greedy_samples(target, 6)]
+    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc = main(["train", "eagle3", "--target", zoo.path("bigram"), "--data", str(data), "--output",
+               str(tmp_path / "tuned"), "--init-from", start, "--max-steps", "2", "--tokens-per-step", "128",
+               "--val-fraction", "0"])
+    assert rc == 0 and json.loads(capsys.readouterr().out)["steps"] == 2
+    tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
+    assert tuned["draft_vocab_size"] == 200
