@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 from specdec.bench.prompts import render_prompt
 from specdec.cli import main
@@ -101,3 +102,45 @@ def test_init_from_starts_from_the_drafters_weights_and_vocab(zoo, tmp_path, cap
     assert rc == 0 and json.loads(capsys.readouterr().out)["steps"] == 2
     tuned = json.loads((tmp_path / "tuned" / "config.json").read_text())
     assert tuned["draft_vocab_size"] == 200
+
+
+@pytest.mark.parametrize("method", ["eagle3", "medusa", "mtp"])
+def test_train_command_adds_prompt_only_samples(zoo, tmp_path, monkeypatch, capsys, method):
+    target = zoo.load("bigram")
+    fake = [TrainPrompt(f"fake{i}", "chat", (f"word {i} " * 4,)) for i in range(5)]
+    monkeypatch.setattr(prompt_samples, "build_prompts", lambda *a, **k: list(fake))
+    data = tmp_path / "data"
+    data.mkdir()
+    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
+            for s in greedy_samples(target, 4)]
+    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rc = main(["train", method, "--target", zoo.path("bigram"), "--data", str(data), "--output",
+               str(tmp_path / method), "--prompt-samples", "3", "--max-steps", "2", "--tokens-per-step", "64",
+               "--val-fraction", "0", "--draft-vocab-size", "128"])
+    assert rc == 0
+    assert json.loads(capsys.readouterr().out)["train_samples"] == 4 + 3
+
+
+@pytest.mark.parametrize("method", ["medusa", "mtp"])
+def test_medusa_and_mtp_score_prompt_positions(zoo, method):
+    from specdec.training.train_medusa import MedusaObjective, MedusaTrainOptions
+    from specdec.training.train_mtp import MTPObjective, MTPTrainOptions
+
+    target = zoo.load("bigram")
+    (sample,) = greedy_samples(target, 1, prompt_len=10, response_len=12)
+    prompt_only = Sample("p", "test", [*sample.prompt_ids, *sample.response_ids], [])
+    counts = {}
+    for score in (False, True):
+        if method == "medusa":
+            objective = MedusaObjective(target, [sample], MedusaTrainOptions(draft_vocab_size=128, num_heads=2,
+                                                                              score_prompt=score), None, 0)
+        else:
+            objective = MTPObjective(target, [sample], MTPTrainOptions(draft_vocab_size=128, steps=2,
+                                                                        score_prompt=score), None, 0)
+        objective.model.train()
+        counts[score] = (objective.loss(sample)[1].counted, objective.loss(prompt_only)[1].counted)
+    (resp, none), (resp_p, some) = counts[False], counts[True]
+    # head k (Medusa, from 0) predicts token i + 2 + k, depth k (MTP, from 1) token i + k + 1: the prompt's
+    # 10 tokens add labels 2..9 to the first and 3..9 to the second; a 22-token prompt-only sample, 20 and 19
+    assert sum(none) == 0 and some == [20, 19]
+    assert [b - a for a, b in zip(resp, resp_p)] == [8, 7]

@@ -7,6 +7,10 @@ import json
 from pathlib import Path
 
 
+PROMPT_SAMPLES_HELP = ("also train on up to N corpus prompts that have no generated response yet, and on the "
+                       "prompt positions of every sample (labels: the target's distribution); 0 = off, -1 = all")
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
     p.add_argument("--device", default=None)
@@ -38,23 +42,11 @@ def _train_settings(args: argparse.Namespace):
 
 def cmd_train_eagle3(args: argparse.Namespace) -> int:
     from specdec.models.loading import load_model
-    from specdec.training.self_distill import read_samples
     from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
 
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     score_prompt = args.prompt_samples != 0
-
-    def load() -> list:
-        samples = read_samples(Path(args.data))
-        if args.max_samples:
-            samples = samples[: args.max_samples]
-        if not score_prompt:
-            return samples
-        from specdec.training.prompt_samples import with_prompt_samples
-
-        limit = None if args.prompt_samples < 0 else args.prompt_samples
-        return with_prompt_samples(samples, target.tokenizer, args.max_seq_len, limit, seed=args.seed)
-
+    load = _loader(args, target)
     options = Eagle3TrainOptions(
         draft_vocab_size=args.draft_vocab_size,
         aux_layers=[int(x) for x in args.aux_layers.split(",")] if args.aux_layers else None,
@@ -69,11 +61,22 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
     return 0
 
 
-def _samples(args: argparse.Namespace):
+def _loader(args: argparse.Namespace, target):
+    """Reads --data (first --max-samples), plus --prompt-samples prompt-only samples when asked."""
     from specdec.training.self_distill import read_samples
 
-    samples = read_samples(Path(args.data))
-    return samples[: args.max_samples] if args.max_samples else samples
+    def load() -> list:
+        samples = read_samples(Path(args.data))
+        if args.max_samples:
+            samples = samples[: args.max_samples]
+        if not getattr(args, "prompt_samples", 0):
+            return samples
+        from specdec.training.prompt_samples import with_prompt_samples
+
+        limit = None if args.prompt_samples < 0 else args.prompt_samples
+        return with_prompt_samples(samples, target.tokenizer, args.max_seq_len, limit, seed=args.seed)
+
+    return load
 
 
 def _layers(text: str | None) -> list[int] | None:
@@ -82,13 +85,13 @@ def _layers(text: str | None) -> list[int] | None:
 
 def _run_training(args: argparse.Namespace, train_fn, options) -> int:
     from specdec.models.loading import load_model
-    from specdec.training.self_distill import read_samples
 
     target = load_model(args.target, dtype=args.dtype, device=args.device)
-    report = train_fn(target, _samples(args), Path(args.output), _train_settings(args), options,
+    load = _loader(args, target)
+    report = train_fn(target, load(), Path(args.output), _train_settings(args), options,
                       resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
                       cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
-                      reload=(lambda: read_samples(Path(args.data))) if args.follow_data else None)
+                      reload=load if args.follow_data else None)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -98,7 +101,8 @@ def cmd_train_medusa(args: argparse.Namespace) -> int:
 
     options = MedusaTrainOptions(draft_vocab_size=args.draft_vocab_size, num_heads=args.num_heads,
                                  num_layers=args.num_layers, loss_decay=args.loss_decay,
-                                 feature_layers=_layers(args.feature_layers))
+                                 feature_layers=_layers(args.feature_layers),
+                                 score_prompt=args.prompt_samples != 0)
     return _run_training(args, train_medusa, options)
 
 
@@ -109,7 +113,8 @@ def cmd_train_mtp(args: argparse.Namespace) -> int:
                               steps=args.steps, step_weight_beta=args.step_weight_beta,
                               init_layer=None if args.random_init else args.init_layer,
                               feature_layers=_layers(args.feature_layers),
-                              num_speculative_tokens=args.num_speculative_tokens)
+                              num_speculative_tokens=args.num_speculative_tokens,
+                              score_prompt=args.prompt_samples != 0)
     return _run_training(args, train_mtp, options)
 
 
@@ -197,9 +202,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--noise-std", type=float, default=0.0)
     e3.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
-    e3.add_argument("--prompt-samples", type=int, default=0,
-                    help="also train on up to N corpus prompts that have no generated response yet, and on the "
-                         "prompt positions of every sample (labels: the target's distribution); 0 = off, -1 = all")
+    e3.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     e3.add_argument("--init-from", default=None, help="start from this EAGLE-3 drafter (weights and vocabulary)")
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
@@ -209,6 +212,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa.add_argument("--num-heads", type=int, default=4)
     medusa.add_argument("--num-layers", type=int, default=1, help="ResBlocks per head")
     medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
+    medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.set_defaults(func=cmd_train_medusa)
 
     mtp = methods.add_parser("mtp", help="external MTP drafter (DeepSeek-V3 style modules)")
@@ -219,6 +223,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--init-layer", type=int, default=-1, help="target layer the blocks start from (-1: last)")
     mtp.add_argument("--random-init", action="store_true", help="start the blocks from random weights")
     mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
+    mtp.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     mtp.set_defaults(func=cmd_train_mtp)
 
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")

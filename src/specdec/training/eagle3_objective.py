@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from specdec.drafting.eagle3_model import Eagle3Config, Eagle3Drafter
 from specdec.models.loading import LoadedModel
 from specdec.training.features import SampleFeatures
+from specdec.training.labels import scored_labels
 from specdec.training.trainer import StepMetrics
 
 
@@ -63,7 +64,6 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
     with torch.no_grad():  # the target's distribution over the draft vocab at those positions
         target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1]), dim=-1)
-    next_draft = t2d_index[ids]  # draft index of each token, -1 outside the draft vocab
     past_k: list[torch.Tensor] = []
     past_v: list[torch.Tensor] = []
     total = torch.zeros((), dtype=torch.float32)
@@ -79,10 +79,7 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             counted.append(0)
             continue
         rows = torch.arange(lo, hi)
-        labels = next_draft[rows + 2 + j]
-        if score_prompt:
-            in_prompt = rows + 2 + j < prompt_len
-            labels = torch.where(in_prompt, target_p[rows + 1 + j - first].argmax(-1), labels)
+        labels = scored_labels(ids, rows + 2 + j, prompt_len, t2d_index, target_p[rows + 1 + j - first], score_prompt)
         valid = labels >= 0
         rows, labels = rows[valid], labels[valid]
         counted.append(int(rows.numel()))

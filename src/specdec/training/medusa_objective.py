@@ -3,7 +3,8 @@
 Head k at position i predicts token i + 2 + k. With greedy self-distilled data every response token is the
 target's argmax, so the soft target of head k at i is the target's own distribution at position i + 1 + k
 (over the draft vocabulary), scored where token i + 2 + k is a response token in the draft vocabulary;
-head k is weighted decay**k (the paper's 0.8**k). Prompt positions are never scored.
+head k is weighted decay**k (the paper's 0.8**k). Prompt positions are scored only with `score_prompt`
+(labels: see training/labels.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.medusa_model import TOP_K, MedusaHeads
 from specdec.drafting.vocab_map import head_logits
+from specdec.training.labels import scored_labels
 from specdec.training.trainer import StepMetrics
 
 
@@ -24,11 +26,11 @@ class MedusaMetrics(StepMetrics):
 
 
 def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hidden: torch.Tensor, decay: float,
-                t2d_index: torch.Tensor) -> tuple[torch.Tensor, MedusaMetrics]:
+                t2d_index: torch.Tensor, score_prompt: bool = False) -> tuple[torch.Tensor, MedusaMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily."""
     c = heads.config
     T = ids.shape[0]
-    first = max(prompt_len - 1, 0)  # positions whose next token the target generated
+    first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
     assert heads._head is not None
     with torch.no_grad():
         target_p = torch.softmax(head_logits(final_hidden[first : T - 1], heads._head, c.logit_softcap), dim=-1)
@@ -37,8 +39,9 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
     correct, counted = [], []
     ranks = torch.zeros(c.num_heads, TOP_K + 1, dtype=torch.long)
     for k in range(c.num_heads):
-        rows = torch.arange(max(prompt_len - 2 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
-        labels = t2d_index[ids[rows + 2 + k]] if rows.numel() else rows
+        rows = torch.arange(max(first - 1 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
+        labels = scored_labels(ids, rows + 2 + k, prompt_len, t2d_index, target_p[rows + 1 + k - first],
+                               score_prompt)
         valid = labels >= 0
         rows, labels = rows[valid], labels[valid]
         counted.append(int(rows.numel()))

@@ -31,6 +31,7 @@ class MedusaTrainOptions:
     # feature cache serves both trainings
     feature_layers: list[int] | None = None
     tree_nodes: int = 24  # nodes of the tree whose estimated acceptance the report gives
+    score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
 
 
 class MedusaObjective:
@@ -64,10 +65,12 @@ class MedusaObjective:
     def loss(self, sample: Sample) -> tuple[torch.Tensor, MedusaMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
         feats = self.features.get(ids)
+        score_prompt = self.options.score_prompt and self.model.training  # validation: responses only
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             loss, metrics = medusa_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats.final_hidden,
-                                        self.options.loss_decay, self.t2d_index)
-        self.recent_ranks.append(metrics.ranks)
+                                        self.options.loss_decay, self.t2d_index, score_prompt)
+        if not score_prompt:  # the rank table (the saved tree's source) counts generated responses only
+            self.recent_ranks.append(metrics.ranks)
         return loss, metrics
 
     def rank_accuracy(self) -> list[list[float]] | None:

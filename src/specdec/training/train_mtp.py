@@ -32,6 +32,7 @@ class MTPTrainOptions:
     # feature cache serves every training
     feature_layers: list[int] | None = None
     num_speculative_tokens: int = 3  # written into the speculators proposal method
+    score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
 
 
 class MTPObjective:
@@ -71,7 +72,8 @@ class MTPObjective:
         feats = self.features.get(ids)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             return mtp_loss(self.model, torch.tensor(ids, device=self.target.device), len(sample.prompt_ids),
-                            feats.final_hidden, self.weights, self.t2d_index)
+                            feats.final_hidden, self.weights, self.t2d_index,
+                            score_prompt=self.options.score_prompt and self.model.training)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = MTPDrafter(self.config, self.model.arch)
