@@ -67,6 +67,10 @@ def test_prompt_only_samples_never_validate(zoo, tmp_path):
     settings = TrainSettings(max_steps=2, tokens_per_step=128, val_fraction=0.5, warmup_steps=1)
     report = train(objective, generated + prompts, tmp_path / "run", settings, progress=False)
     assert report["train_samples"] == 12 + len(generated) - report["validation"]["samples"]
+    data = report["data"]
+    assert data["prompt_only_samples"] == 12 and data["held_out_samples"] == report["validation"]["samples"]
+    assert data["generated_samples"] == 12 - data["held_out_samples"] == data["generated_kinds"]["test"]
+    assert data["response_tokens"] == 16 * data["generated_samples"]
     assert 0 < report["validation"]["samples"] < 12
 
 

@@ -89,6 +89,18 @@ def split(samples: Sequence[Sample], fraction: float) -> tuple[list[Sample], lis
     return train, val
 
 
+def data_summary(train_set: Sequence[Sample], val_set: Sequence[Sample]) -> dict:
+    """What the drafter was trained on, for its report and model card."""
+    generated = [s for s in train_set if s.response_ids]
+    kinds: dict[str, int] = {}
+    for s in generated:
+        kinds[s.kind] = kinds.get(s.kind, 0) + 1
+    return {"generated_samples": len(generated), "prompt_only_samples": len(train_set) - len(generated),
+            "held_out_samples": len(val_set), "response_tokens": sum(len(s.response_ids) for s in generated),
+            "prompt_tokens": sum(len(s.prompt_ids) for s in train_set),
+            "generated_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
+
+
 def _lr_factor(step: int, warmup: int, total: int) -> float:
     if step < warmup:
         return (step + 1) / warmup
@@ -228,7 +240,7 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
     state["seconds"] = time.perf_counter() - started
     report = {"steps": state["step"], "tokens_seen": state["tokens"], "train_samples": len(train_set),
               "train_tokens_per_epoch": tokens_per_epoch, "epochs": round(state["tokens"] / tokens_per_epoch, 2),
-              "wall_seconds": round(state["seconds"], 1)}
+              "wall_seconds": round(state["seconds"], 1), "data": data_summary(train_set, val_set)}
     if val_set:
         report["validation"] = validate(objective, val_set)
         if summarize is not None:
