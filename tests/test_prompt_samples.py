@@ -108,7 +108,7 @@ def test_init_from_starts_from_the_drafters_weights_and_vocab(zoo, tmp_path, cap
     assert tuned["draft_vocab_size"] == 200
 
 
-@pytest.mark.parametrize("method", ["eagle3", "medusa", "mtp"])
+@pytest.mark.parametrize("method", ["eagle3", "medusa", "mtp", "dflash"])
 def test_train_command_adds_prompt_only_samples(zoo, tmp_path, monkeypatch, capsys, method):
     target = zoo.load("bigram")
     fake = [TrainPrompt(f"fake{i}", "chat", (f"word {i} " * 4,)) for i in range(5)]
@@ -148,3 +148,23 @@ def test_medusa_and_mtp_score_prompt_positions(zoo, method):
     # 10 tokens add labels 2..9 to the first and 3..9 to the second; a 22-token prompt-only sample, 20 and 19
     assert sum(none) == 0 and some == [20, 19]
     assert [b - a for a, b in zip(resp, resp_p)] == [8, 7]
+
+
+def test_dflash_anchors_and_labels_in_the_prompt(zoo):
+    from specdec.training.dflash_objective import dflash_loss, sample_anchors
+    from specdec.training.train_dflash import DFlashObjective, DFlashTrainOptions
+
+    target = zoo.load("bigram")
+    (sample,) = greedy_samples(target, 1, prompt_len=10, response_len=12)
+    assert sample_anchors(1, 22, 100, None).tolist() == list(range(1, 21))
+    objective = DFlashObjective(target, [sample], DFlashTrainOptions(block_size=4, num_layers=1,
+                                                                       draft_vocab_size=128), None, 0)
+    ids = torch.tensor([*sample.prompt_ids, *sample.response_ids])
+    feats = objective.features.get(ids.tolist())
+    anchors = torch.tensor([2, 5])  # slots 1..3 on prompt tokens 3..5 and 6..8
+    _, m = dflash_loss(objective.model, ids, feats, anchors, objective.t2d_index, 4.0, prompt_len=10)
+    assert m.counted[0] == 2  # every prompt slot is labelled (the target's choice), none dropped as OOV
+    # without a prompt length the same slots are labelled with the prompt's own tokens, some outside the
+    # 128-token draft vocabulary: fewer (or as many) are scored, never more
+    _, plain = dflash_loss(objective.model, ids, feats, anchors, objective.t2d_index, 4.0)
+    assert plain.counted[0] <= m.counted[0]

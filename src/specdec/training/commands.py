@@ -125,7 +125,8 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
                                  draft_vocab_size=args.draft_vocab_size, aux_layers=_layers(args.aux_layers),
                                  mask_token_id=args.mask_token_id, num_anchors=args.num_anchors,
                                  loss_gamma=args.loss_gamma, seed=args.seed,
-                                 feature_layers=_layers(args.feature_layers))
+                                 feature_layers=_layers(args.feature_layers),
+                                 score_prompt=args.prompt_samples != 0)
     return _run_training(args, train_dflash, options)
 
 
@@ -237,4 +238,5 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     dflash.add_argument("--num-anchors", type=int, default=64, help="blocks per sequence in one forward")
     dflash.add_argument("--loss-gamma", type=float, default=None,
                         help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
+    dflash.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     dflash.set_defaults(func=cmd_train_dflash)

@@ -83,17 +83,19 @@ def position_weights(block_size: int, gamma: float) -> torch.Tensor:
 
 def sample_anchors(prompt_len: int, seq_len: int, count: int, generator: torch.Generator | None) -> torch.Tensor:
     """Up to `count` distinct anchor positions, ascending, among the response positions that have a next
-    token (prompt_len .. seq_len - 2)."""
-    candidates = torch.arange(prompt_len, seq_len - 1)
+    token (prompt_len .. seq_len - 2); pass prompt_len 1 to draw from the prompt too (position 0 has no
+    context to read)."""
+    candidates = torch.arange(max(prompt_len, 1), seq_len - 1)
     if candidates.numel() > count:
         candidates = candidates[torch.randperm(candidates.numel(), generator=generator)[:count]].sort().values
     return candidates
 
 
 def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures, anchors: torch.Tensor,
-                t2d_index: torch.Tensor, gamma: float) -> tuple[torch.Tensor, StepMetrics]:
-    """Loss of the blocks anchored at `anchors` [A] in the sequence `ids` [T] (target-written from the
-    first anchor on). Metrics per slot i = 1..B-1: `counted` = blocks whose slots 1..i-1 all matched the
+                t2d_index: torch.Tensor, gamma: float, prompt_len: int = 0) -> tuple[torch.Tensor, StepMetrics]:
+    """Loss of the blocks anchored at `anchors` [A] in the sequence `ids` [T], target-written from
+    `prompt_len` on; a slot on a prompt token is labelled with the target's most likely draft token there
+    (training/labels.py), so anchors may sit in the prompt too (`--prompt-samples`). Metrics per slot i = 1..B-1: `counted` = blocks whose slots 1..i-1 all matched the
     target's greedy token and whose slot i is scored, `correct` = those whose slot i matched too; so
     correct/counted is the conditional acceptance rate of slot i, and 1 + sum of their running products
     the expected tokens per step of a greedy chain (`estimated_acceptance_length`)."""
@@ -107,6 +109,10 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
     labels = torch.full((anchors.numel(), b), -1, dtype=torch.long, device=dev)
     inside = positions < t
     labels[inside] = t2d_index[ids[positions[inside]]]
+    in_prompt = inside & (positions < prompt_len)
+    if in_prompt.any():
+        with torch.no_grad():
+            labels[in_prompt] = drafter.draft_logits_from_normed(feats.final_hidden[positions[in_prompt] - 1]).argmax(-1)
     labels[:, 0] = -1  # the anchor slot is the pending token itself, never a draft
     scored = labels >= 0
     weights = position_weights(b, gamma).to(dev)[None, :].expand_as(labels)[scored]

@@ -34,6 +34,7 @@ class DFlashTrainOptions:
     # runtime hidden indices cached beside the ones DFlash reads (the cache key is the whole set); by default
     # none, and DFlash's default layers are EAGLE-3's tensors, so one feature cache serves both trainings
     feature_layers: list[int] | None = None
+    score_prompt: bool = False  # anchors in the prompt too (labels: the target's distribution there)
 
 
 class DFlashObjective:
@@ -68,9 +69,12 @@ class DFlashObjective:
         feats = self.features.get(ids)
         # validation sees the same anchors every time; training draws new ones every epoch
         gen = self.generator if self.model.training else torch.Generator().manual_seed(zlib.crc32(sample.id.encode()))
-        anchors = sample_anchors(len(sample.prompt_ids), len(ids), self.options.num_anchors, gen)
+        prompt_len = len(sample.prompt_ids)
+        score_prompt = self.options.score_prompt and self.model.training  # validation: responses only
+        anchors = sample_anchors(1 if score_prompt else prompt_len, len(ids), self.options.num_anchors, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
-            return dflash_loss(self.model, torch.tensor(ids), feats, anchors, self.t2d_index, self.gamma)
+            return dflash_loss(self.model, torch.tensor(ids), feats, anchors, self.t2d_index, self.gamma,
+                               prompt_len)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = DFlashDrafter(self.model.config)
