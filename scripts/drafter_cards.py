@@ -8,22 +8,27 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
-DATA = {
-    "samples": 497, "train_samples": 485, "held_out_samples": 12, "response_tokens": 125356, "prompt_tokens": 57746,
-    "kinds": "chat 165, code 111, math 56, qa 55, translation 55, summarization 41, rag 14",
-    "generation": "`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
-                  "lossless generation, 1 thread) took 48 min on this 2-core CPU shared with other jobs (~43 tokens/s)",
+# Drafters trained before training reports described their data (the 497-sample set of the first session)
+LEGACY_DATA = {  # the first 497 lines of samples.jsonl, split as the trainer splits them
+    "generated_samples": 485, "prompt_only_samples": 0, "held_out_samples": 12, "response_tokens": 122536,
+    "prompt_tokens": 56378, "generated_kinds": {"chat": 163, "code": 108, "translation": 54, "math": 53, "qa": 53,
+                                                "summarization": 41, "rag": 13},
 }
+GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
+              "lossless generation, 1 thread) ran at ~43-45 tokens/s on this 2-core CPU shared with other jobs "
+              "(about 1.6 CPU hours for the first 1,100 samples)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run3 --max-steps 300 "
-              "--tokens-per-step 2048 --lr 8e-4 --warmup-steps 15 --checkpoint-every 10 --threads 1 "
-              "--feature-cache data/feature-cache --cache-budget-gb 8 --draft-vocab-size 32768",
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run4 "
+              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 450 --tokens-per-step 2048 "
+              "--lr 4e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 --feature-cache data/feature-cache "
+              "--cache-budget-gb 12 --follow-data",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa --max-steps 120 "
               "--tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 --threads 1 "
               "--feature-cache data/feature-cache --draft-vocab-size 32768",
-    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp --max-steps 120 "
-           "--tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 --threads 1 "
-           "--feature-cache data/feature-cache --draft-vocab-size 32768",
+    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
+           "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
+           "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
+           "--draft-vocab-size 32768",
     "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
                   "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
                   "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
@@ -31,6 +36,24 @@ COMMANDS = {
                  "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
                  "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
 }
+# Earlier stages of a drafter that was fine-tuned (--init-from), as their reports gave them
+EARLIER = {
+    "eagle3": [{"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run3 "
+                           "--max-steps 300 --tokens-per-step 2048 --lr 8e-4 --warmup-steps 15 --checkpoint-every 10 "
+                           "--threads 1 --feature-cache data/feature-cache --cache-budget-gb 8 "
+                           "--draft-vocab-size 32768",
+                "steps": 300, "tokens_seen": 676322, "minutes": 43.3, "data": LEGACY_DATA}],
+}
+
+
+def describe(data: dict) -> str:
+    kinds = ", ".join(f"{k} {v}" for k, v in data["generated_kinds"].items())
+    text = (f"{data['generated_samples']} generated samples ({kinds}; {data['response_tokens']} response tokens "
+            f"written by the target), {data['held_out_samples']} more held out for validation")
+    if data["prompt_only_samples"]:
+        text += (f", and {data['prompt_only_samples']} prompt-only samples (`--prompt-samples`: corpus prompts "
+                 "without a response, their positions labelled by the target's distribution)")
+    return text + f"; {data['prompt_tokens']} prompt tokens in all"
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:
@@ -52,6 +75,19 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
     return rows
 
 
+def stages(name: str, report: dict) -> list[str]:
+    out = []
+    for i, st in enumerate([*EARLIER.get(name, []), None], start=1):
+        if st is None:
+            st = {"command": COMMANDS.get(name, "?"), "steps": report["steps"], "tokens_seen": report["tokens_seen"],
+                  "minutes": report["wall_seconds"] / 60, "data": report.get("data", LEGACY_DATA)}
+        out += [f"{i}. `{st['command']}`", "",
+                f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['minutes']:.1f} min wall "
+                "time on 1 thread of the 2-core CPU while other jobs shared it (target features computed once and "
+                f"cached). Data: {describe(st['data'])}.", ""]
+    return out
+
+
 def card(directory: Path) -> str:
     name = directory.name.removeprefix("gemma-3-270m-")
     config = json.loads((directory / "config.json").read_text())
@@ -71,17 +107,11 @@ def card(directory: Path) -> str:
         f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`.",
         "",
         "## Data",
-        f"Self-distillation: {DATA['samples']} prompts built from `../shared/data/train` ({DATA['kinds']}); the "
-        f"target wrote {DATA['response_tokens']} response tokens ({DATA['prompt_tokens']} prompt tokens). "
-        f"{DATA['generation']}. {DATA['held_out_samples']} samples held out for validation. Nothing from "
-        "`../shared/data/eval` or from the held-out benchmark prompts was used.",
+        f"Self-distillation from prompts built from `../shared/data/train` (mixed kinds). {GENERATION}. "
+        "Nothing from `../shared/data/eval` or from the held-out benchmark prompts was used.",
         "",
         "## Training",
-        f"`{COMMANDS.get(name, '?')}`",
-        "",
-        f"{report['steps']} optimizer steps, {report['tokens_seen']} tokens seen ({report.get('epochs', '?')} epochs "
-        f"of {report['train_tokens_per_epoch']} tokens), {report['wall_seconds'] / 60:.1f} min wall time on 1 thread "
-        "of the 2-core CPU while other trainings shared it (target features computed once and cached).",
+        *stages(name, report),
         f"Held-out accuracy per draft step: {acc} (estimated chain acceptance length "
         f"{val.get('estimated_chain_acceptance_length', '?')}).",
         "",
