@@ -21,10 +21,11 @@ COMMANDS = {
     "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run4 "
               "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 450 --tokens-per-step 2048 "
               "--lr 4e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 --feature-cache data/feature-cache "
-              "--cache-budget-gb 12 --follow-data",
-    "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa --max-steps 120 "
-              "--tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 --threads 1 "
-              "--feature-cache data/feature-cache --draft-vocab-size 32768",
+              "--cache-budget-gb 12 --follow-data` (450 steps), then the same with `--resume --max-steps 600",
+    "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run2 --prompt-samples 4000 "
+              "--max-steps 300 --tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 "
+              "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
+              "--draft-vocab-size 32768",
     "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
            "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
            "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
