@@ -54,3 +54,24 @@ def test_self_draft_greedy_equals_plain_on_the_default_model(default_llm, plain_
     out = llm.generate(PROMPTS[1], GREEDY)[0].outputs[0]
     assert out.token_ids == plain_outputs[1].token_ids
     assert llm.stats.num_draft_tokens > 0
+
+
+def test_medusa_tree_equals_plain_where_a_tree_once_diverged(default_llm):
+    """Held-out prompt 1041 of other kinds: a Medusa tree accepted a later sibling at step 25; before tree
+    rows read their ancestors in chain slot order, its attention sums grouped differently and the output
+    flipped at a 0.013-logit near-tie (token 67)."""
+    import json
+    from pathlib import Path
+
+    from specdec.bench.prompts import render_prompt
+
+    root = Path(__file__).resolve().parents[1]
+    line = next(json.loads(x) for x in (root / "benchmarks/prompts/other_kinds.jsonl").read_text().splitlines()
+                if json.loads(x).get("question_id") == 1041)
+    ids = render_prompt(default_llm.get_tokenizer(), line["turns"][:1], [])
+    params = SamplingParams(temperature=0, max_tokens=80)
+    (plain,) = default_llm.generate({"prompt_token_ids": ids}, params)
+    medusa = LLM(loaded=default_llm.model, speculative_config={"method": "medusa", "model": "gemma-3-270m-medusa",
+                                                               "tree_num_draft_tokens": 10})
+    (spec,) = medusa.generate({"prompt_token_ids": ids}, params)
+    assert spec.outputs[0].token_ids == plain.outputs[0].token_ids

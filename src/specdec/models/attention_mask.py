@@ -46,3 +46,23 @@ def build_mask(
     if window is not None:
         mask &= (query_positions[:, None] - slot_positions[None, :]) < window
     return mask
+
+
+def tree_slot_order(ancestry: torch.Tensor, depth: torch.Tensor, committed: int, capacity: int) -> torch.Tensor:
+    """[T, capacity] long: for token i, the slot its column s reads. Committed slots read themselves;
+    column committed + k reads the slot of i's ancestor at depth k (i itself at its own depth), which is
+    where a chain, and plain decoding, keep that token; later pending columns read themselves (masked)."""
+    t = ancestry.shape[0]
+    order = torch.arange(capacity, device=ancestry.device).repeat(t, 1)
+    for i in range(t):
+        path = ancestry[i].nonzero().flatten()  # ancestors and i, in slot order = depth order
+        order[i, committed : committed + path.numel()] = committed + path
+    return order
+
+
+def reorder_mask(mask: torch.Tensor, order: torch.Tensor, depth: torch.Tensor, committed: int) -> torch.Tensor:
+    """The bool mask [T, capacity] in each token's slot order: column s of token i is visible iff slot
+    order[i, s] is, and no pending column past i's depth is."""
+    out = mask.gather(1, order)
+    cols = torch.arange(mask.shape[1], device=mask.device)
+    return out & ((cols[None, :] < committed) | (cols[None, :] <= committed + depth[:, None]))

@@ -49,20 +49,32 @@ def attention(
     values: torch.Tensor,  # [kv_heads, capacity, head_dim]
     mask: torch.Tensor,  # [groups * T, capacity] float32, 0 or -inf, rows ordered (group, token)
     scale: float,
+    order: torch.Tensor | None = None,  # [T, capacity] slot read at each column, per token (draft trees)
 ) -> torch.Tensor:
     """Masked attention over the whole cache buffer; returns [T, heads * head_dim].
 
     Query heads that share a KV head are stacked as extra rows, so grouped-query attention needs no
     copy of the cache. Softmax runs in float32, as in transformers' eager attention.
+
+    With `order` (a draft tree), token i reads its columns in its own slot order, which puts its ancestors
+    at the slots a chain would give them (`tree_slot_order`), and `mask` is in that order too. The float
+    sums of the softmax and of probs x values then group their terms exactly as plain decoding does, so a
+    tree node's output is bit-identical to the same token decoded alone.
     """
     t, heads, dim = q.shape
     kv_heads = keys_t.shape[0]
     groups = heads // kv_heads
     q = q.view(t, kv_heads, groups, dim).permute(1, 2, 0, 3).reshape(kv_heads, groups * t, dim)
-    scores = matmul(q, keys_t).float().mul_(scale).add_(mask)
-    probs = scores.softmax(dim=-1).to(values.dtype)
-    out = matmul(probs, values)  # [kv_heads, groups * t, dim]
-    return out.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)
+    scores = matmul(q, keys_t).float().mul_(scale)
+    if order is not None:
+        scores = scores.gather(-1, order.repeat(groups, 1).expand(kv_heads, -1, -1))
+    probs = scores.add_(mask).softmax(dim=-1).to(values.dtype)
+    if order is None:
+        out = matmul(probs, values)  # [kv_heads, groups * t, dim]
+        return out.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)
+    per_token = probs.view(kv_heads, groups, t, -1).transpose(1, 2)  # [kv_heads, t, groups, capacity]
+    out = matmul(per_token.contiguous(), values[:, order])  # values per token: [kv_heads, t, capacity, dim]
+    return out.permute(1, 0, 2, 3).reshape(t, heads * dim)
 
 
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
@@ -132,6 +144,7 @@ class DecoderLayer(nn.Module):
         sin: torch.Tensor,
         mask: torch.Tensor,  # [groups * T, capacity] float32 additive
         cache: KVCache,
+        order: torch.Tensor | None = None,  # [T, capacity] per-token slot order (draft trees), see attention
     ) -> torch.Tensor:
         a, t = self.arch, h.shape[0]
         x = self.norm(h, "input_norm")
@@ -142,7 +155,7 @@ class DecoderLayer(nn.Module):
         qk = apply_rope(qk, cos, sin)
         q, k = qk[:, : a.num_heads], qk[:, a.num_heads :]
         keys_t, values = cache.write(self.index, k, v)
-        attn = attention(q, keys_t, values, mask, a.attn_scale)
+        attn = attention(q, keys_t, values, mask, a.attn_scale, order)
         attn = linear(attn, self.o.weight, self.o.bias)
         if a.sandwich_norm:
             h = h + self.norm(attn, "post_attn_norm")
@@ -214,6 +227,7 @@ class Decoder(nn.Module):
         cache: KVCache,
         capture: Sequence[int] = (),
         logit_rows: torch.Tensor | slice | None = slice(None),
+        order: torch.Tensor | None = None,  # [T, capacity] per-token slot order of a draft tree
     ) -> DecoderOutput:
         h = self.embed_tokens(tokens)
         end = int(positions.max()) + 1
@@ -230,7 +244,7 @@ class Decoder(nn.Module):
             if i in capture:
                 hidden[i] = h
             cos, sin = tables[self.arch.layer_types[i] if len(tables) > 1 else next(iter(tables))]
-            h = layer(h, cos, sin, masks[layer.window], cache)
+            h = layer(h, cos, sin, masks[layer.window], cache, order)
         if len(self.layers) in capture:
             hidden[len(self.layers)] = h
         final = rms_norm(h, self.final_scale, self.arch.rms_norm_eps, self.arch.gemma_norm)
