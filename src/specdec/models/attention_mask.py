@@ -52,12 +52,12 @@ def tree_slot_order(ancestry: torch.Tensor, depth: torch.Tensor, committed: int,
     """[T, capacity] long: for token i, the slot its column s reads. Committed slots read themselves;
     column committed + k reads the slot of i's ancestor at depth k (i itself at its own depth), which is
     where a chain, and plain decoding, keep that token; later pending columns read themselves (masked)."""
-    t = ancestry.shape[0]
-    order = torch.arange(capacity, device=ancestry.device).repeat(t, 1)
+    t, host = ancestry.shape[0], ancestry.cpu()  # built on the host: no device sync per row
+    order = torch.arange(capacity).repeat(t, 1)
     for i in range(t):
-        path = ancestry[i].nonzero().flatten()  # ancestors and i, in slot order = depth order
+        path = host[i].nonzero().flatten()  # ancestors and i, in slot order = depth order
         order[i, committed : committed + path.numel()] = committed + path
-    return order
+    return order.to(ancestry.device)
 
 
 def reorder_mask(mask: torch.Tensor, order: torch.Tensor, depth: torch.Tensor, committed: int) -> torch.Tensor:
