@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.registry import register
 from specdec.verification.probabilities import sample, sampling_probs
 
@@ -29,9 +30,10 @@ SELF_PREFIX = "self:"
 class DraftModelOptions:
     model: str
     num_speculative_tokens: int = 5
+    confidence_threshold: float = 0.0  # stop after a token drafted with less probability (confidence.py)
 
     def problems(self) -> list[str]:
-        out = []
+        out = threshold_problems(self.confidence_threshold)
         if not 1 <= self.num_speculative_tokens <= 63:
             out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
         if self.model.startswith(SELF_PREFIX) and not self.model[len(SELF_PREFIX) :].isdigit():
@@ -114,12 +116,15 @@ class DraftModelProposer(Proposer):
         self.cached = len(tokens)
         drafted, probs = [], []
         for i in range(k):
-            token, q = self._pick(result.logits[-1])
+            logits = result.logits[-1]
+            token, q = self._pick(logits)
             drafted.append(token)
             if q is not None:
                 probs.append(q)
-            if i < k - 1:
-                result = self.runtime.prefill([token])
+            if i == k - 1 or not keeps_drafting(self.options.confidence_threshold, logits, q, token):
+                break
+            result = self.runtime.prefill([token])
+        self.last_draft_len = len(drafted)
         self.context_len = len(tokens)
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 

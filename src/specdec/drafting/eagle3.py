@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.eagle3_model import DraftKVCache
@@ -47,9 +48,10 @@ class Eagle3Options:
     num_speculative_tokens: int = 5  # chain length; the tree's depth when tree_top_k > 1
     tree_top_k: int = 1  # children per expanded node (SGLang --speculative-eagle-topk); 1 = chain
     tree_num_draft_tokens: int = 16  # nodes kept after reranking (SGLang --speculative-num-draft-tokens)
+    confidence_threshold: float = 0.0  # chains: stop after a token drafted with less probability (confidence.py)
 
     def problems(self) -> list[str]:
-        out = []
+        out = threshold_problems(self.confidence_threshold)
         if not 1 <= self.num_speculative_tokens <= 32:
             out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
         if not 1 <= self.tree_top_k <= 32:
@@ -148,7 +150,7 @@ class Eagle3Proposer(Proposer):
             drafted.append(token)
             if q is not None:
                 probs.append(q)
-            if i == k - 1:
+            if i == k - 1 or not keeps_drafting(self.options.confidence_threshold, logits, q, token):
                 break
             visible = torch.ones(1, self.cache.length + 1, dtype=torch.bool, device=dev)
             h = self.drafter.step(h, torch.tensor([token], device=dev), torch.tensor([context + i], device=dev),

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
@@ -69,7 +70,7 @@ class MTPState:
         return block(x, cos, sin, mask, cache)
 
     @torch.inference_mode()
-    def draft(self, tokens: Sequence[int], depth: int, pick: Pick) -> Draft:
+    def draft(self, tokens: Sequence[int], depth: int, pick: Pick, threshold: float = 0.0) -> Draft:
         if self.length != len(tokens) - 1:
             raise RuntimeError(f"MTP state out of step: features of {self.length} positions, {len(tokens)} tokens")
         d, dev = self.drafter, self.features.device
@@ -93,6 +94,8 @@ class MTPState:
             seq.append(token)
             if q is not None:
                 probs.append(q)
+            if not keeps_drafting(threshold, logits, q, token):
+                break  # deeper caches catch up on a later draft
         drafted = seq[len(tokens) :]
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 
@@ -101,11 +104,13 @@ class MTPState:
 class MTPOptions:
     model: str | None = None  # a trained MTP drafter; None: the MTP layers of the target's checkpoint
     num_speculative_tokens: int = 3
+    confidence_threshold: float = 0.0  # stop after a token drafted with less probability (confidence.py)
 
     def problems(self) -> list[str]:
+        out = threshold_problems(self.confidence_threshold)
         if not 1 <= self.num_speculative_tokens <= 32:
-            return [f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}"]
-        return []
+            out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
+        return out
 
 
 @register("mtp")
@@ -146,7 +151,8 @@ class MTPProposer(Proposer):
 
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.state is not None
-        return self.state.draft(tokens, min(self.options.num_speculative_tokens, max_tokens), self._pick)
+        return self.state.draft(tokens, min(self.options.num_speculative_tokens, max_tokens), self._pick,
+                                self.options.confidence_threshold)
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
