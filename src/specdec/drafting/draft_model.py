@@ -138,3 +138,4 @@ class DraftModelProposer(Proposer):
         keep = self.context_len + min(num_accepted, self.last_draft_len - 1)
         self.runtime.truncate(keep)
         self.cached = keep
+        self.last_draft_len = 0  # consumed: a verification of someone else's draft (hybrid) changes nothing

@@ -36,4 +36,4 @@ def get_method(name: str) -> type[Proposer]:
 
 def _load_builtin_methods() -> None:
     # Importing a method's module registers it.
-    from specdec.drafting import dflash, draft_model, eagle3, medusa, mtp, ngram  # noqa: F401
+    from specdec.drafting import dflash, draft_model, eagle3, hybrid, medusa, mtp, ngram  # noqa: F401
