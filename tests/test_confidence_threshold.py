@@ -146,3 +146,38 @@ def test_eagle3_sampling_distribution_with_a_threshold(zoo, small_prompt, exact_
     assert chi_square_pvalue(np.bincount(samples[:, 3], minlength=vocab), p4) > 1e-4
     assert lengths.count(1) > 200 and lengths.count(2) > 200, (lengths.count(1), lengths.count(2))
     assert llm.stats.num_accepted_tokens >= 100
+
+
+def test_tree_growth_stops_below_the_threshold():
+    from specdec.drafting.dynamic_tree import grow_tree
+
+    vocab = 6
+    table = torch.log_softmax(torch.arange(vocab, dtype=torch.float32) * 2.0, -1)  # top token p ~0.86
+    calls = []
+
+    def expand(frontier, nodes):
+        calls.append(len(frontier))
+        return table.expand(len(frontier), vocab).clone()
+
+    assert max(n.depth for n in grow_tree(table, expand, top_k=2, depth=4, total=20)) == 4
+    calls.clear()
+    # paths: 0.86, 0.86^2 = 0.74, 0.86^3 = 0.64; with 0.7 the third level is never expanded
+    nodes = grow_tree(table, expand, top_k=2, depth=4, total=20, min_score=float(np.log(0.7)))
+    assert len(calls) == 2 and max(n.depth for n in nodes) == 3
+
+
+def test_eagle3_tree_with_a_threshold_equals_plain(zoo, tmp_path):
+    target = zoo.load("gemma3_text")
+    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    plain = [LLM(loaded=target).generate(p, params)[0].outputs[0].token_ids for p in PROMPTS]
+    config = {"method": "eagle3", "model": path, "num_speculative_tokens": 4, "tree_top_k": 3,
+              "tree_num_draft_tokens": 12}
+    for threshold in (0.0, 0.3, 0.9999):
+        llm = LLM(loaded=target, speculative_config={**config, "confidence_threshold": threshold})
+        lengths = _draft_lengths(llm)
+        assert [llm.generate(p, params)[0].outputs[0].token_ids for p in PROMPTS] == plain
+        if threshold == 0.0:
+            assert max(lengths) == 12
+        if threshold == 0.9999:  # never expanded past the root's top_k children
+            assert set(lengths) <= {0, 3}

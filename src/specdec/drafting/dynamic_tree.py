@@ -2,7 +2,9 @@
 
 Grow: the root's top-k children form the first frontier; each round feeds the frontier to the drafter
 (one forward), gives every fed node its top-k children with cumulative log-probabilities, and keeps the
-global top-k of those as the next frontier. Rerank: keep the `total` best nodes of everything generated.
+global top-k of those as the next frontier, until `depth` levels or until no frontier node's path is
+likelier than `min_score` (a log-probability: deeper levels could only score lower, so the drafter
+forwards for them are saved). Rerank: keep the `total` best nodes of everything generated.
 Scores only fall along a path, so that set is a subtree; orphans (possible on exact ties) are dropped.
 """
 
@@ -26,7 +28,8 @@ class TreeNode:
 Expand = Callable[[list[int], list[TreeNode]], torch.Tensor]
 
 
-def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int) -> list[TreeNode]:
+def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int,
+              min_score: float = float("-inf")) -> list[TreeNode]:
     """Returns the selected nodes in topological order with parents re-indexed into the returned list."""
     nodes: list[TreeNode] = []
     scores, tokens = root_logprobs.topk(min(top_k, root_logprobs.numel()))
@@ -35,6 +38,8 @@ def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: in
         frontier.append(len(nodes))
         nodes.append(TreeNode(t, -1, s, 1))
     for level in range(2, depth + 1):
+        if max(nodes[i].score for i in frontier) < min_score:
+            break
         logprobs = expand(frontier, nodes)  # [len(frontier), V]
         parent_scores = torch.tensor([nodes[i].score for i in frontier], dtype=logprobs.dtype)
         child_lp, child_tok = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)

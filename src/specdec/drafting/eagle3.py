@@ -8,6 +8,7 @@ entries of drafted tokens are discarded afterwards, since the target's features 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -48,7 +49,9 @@ class Eagle3Options:
     num_speculative_tokens: int = 5  # chain length; the tree's depth when tree_top_k > 1
     tree_top_k: int = 1  # children per expanded node (SGLang --speculative-eagle-topk); 1 = chain
     tree_num_draft_tokens: int = 16  # nodes kept after reranking (SGLang --speculative-num-draft-tokens)
-    confidence_threshold: float = 0.0  # chains: stop after a token drafted with less probability (confidence.py)
+    # chains: stop after a token drafted with less probability (confidence.py); trees: stop growing once
+    # no frontier path is that likely
+    confidence_threshold: float = 0.0
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
@@ -185,7 +188,9 @@ class Eagle3Proposer(Proposer):
             return torch.log_softmax(self.drafter.draft_logits(out), dim=-1).cpu()
 
         root = torch.log_softmax(logits, dim=-1).cpu()
-        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens)
+        threshold = self.options.confidence_threshold
+        min_score = math.log(threshold) if threshold > 0 else float("-inf")
+        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens, min_score)
         ids = self.drafter.draft_to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
 
