@@ -12,7 +12,7 @@ from specdec.drafting.confidence import keeps_drafting
 from eagle3_helpers import make_random_eagle3
 from mtp_helpers import make_random_mtp
 from stat_helpers import chi_square_pvalue
-from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
+from test_engine import NUM_SAMPLES, SAMPLING_CASES, small_prompt  # noqa: F401 (fixture)
 
 PROMPTS = ["The quick brown fox", "Once upon a time, in a land far away,"]
 K = 4

@@ -26,7 +26,8 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
                                seed=args.seed, speculative_config=args.speculative_config)
     path = generate_data(settings, Path(args.output), num_prompts=args.num_prompts,
                          data_dir=Path(args.corpora or DEFAULT_DATA_DIR),
-                         exclude=Path(args.exclude) if args.exclude else DEFAULT_EXCLUDE)
+                         exclude=Path(args.exclude) if args.exclude else DEFAULT_EXCLUDE,
+                         batch_size=args.batch_size)
     print(f"samples in {path}")
     return 0
 
@@ -173,6 +174,9 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--exclude", default=None, help="held-out exclusion list (default benchmarks/prompts/other_kinds.exclude.json)")
     gen.add_argument("--speculative-config", default='{"method": "ngram", "num_speculative_tokens": 5}',
                      help="how generation is accelerated (lossless, so greedy data is unchanged)")
+    gen.add_argument("--batch-size", type=int, default=1,
+                     help="> 1: prompts per forward through transformers' batched generate (about 3x faster on "
+                          "a CPU at 16; greedy text can differ at bfloat16 near-ties; --speculative-config unused)")
     _common(gen)
     gen.set_defaults(func=cmd_data_generate)
 
