@@ -16,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.models.architecture import Architecture
+from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
 from specdec.models.kv_cache import KVCache
 
@@ -43,6 +44,21 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.matmul(a, b)
 
 
+def _kernel_probs_values(probs: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None,
+                         tokens: int) -> torch.Tensor | None:
+    """probs [kv_heads, groups * T, capacity] @ values through our CPU kernel (kernels/probs_values.cpp), or
+    None where it does not apply (not bfloat16 on CPU, or no kernel: then torch's path below, exact too)."""
+    if probs.dtype != torch.bfloat16 or probs.device.type != "cpu":
+        return None
+    k = fast_linear.kernel()
+    if k is None:
+        return None
+    return k.probs_values(probs, values, order if order is not None else _NO_ORDER, tokens)
+
+
+_NO_ORDER = torch.empty(0, dtype=torch.long)
+
+
 def attention(
     q: torch.Tensor,  # [T, heads, head_dim]
     keys_t: torch.Tensor,  # [kv_heads, head_dim, capacity] (stored transposed)
@@ -59,7 +75,9 @@ def attention(
     With `order` (a draft tree), token i reads its columns in its own slot order, which puts its ancestors
     at the slots a chain would give them (`tree_slot_order`), and `mask` is in that order too. The float
     sums of the softmax and of probs x values then group their terms exactly as plain decoding does, so a
-    tree node's output is bit-identical to the same token decoded alone.
+    tree node's output is bit-identical to the same token decoded alone. On CPUs with AVX512-BF16, probs x
+    values runs in our kernel, which reads each token's slots in its order without copying the values;
+    elsewhere torch gathers a copy of the values per token (slower for trees, as exact).
     """
     t, heads, dim = q.shape
     kv_heads = keys_t.shape[0]
@@ -69,6 +87,9 @@ def attention(
     if order is not None:
         scores = scores.gather(-1, order.repeat(groups, 1).expand(kv_heads, -1, -1))
     probs = scores.add_(mask).softmax(dim=-1).to(values.dtype)
+    pv = _kernel_probs_values(probs, values, order, t)
+    if pv is not None:  # every row a fixed-order sum over its own slot order: no per-token value copies
+        return pv.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)
     if order is None:
         out = matmul(probs, values)  # [kv_heads, groups * t, dim]
         return out.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)

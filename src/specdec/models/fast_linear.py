@@ -31,7 +31,7 @@ def _cpu_has_avx512_bf16() -> bool:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:
         return False
-    return "avx512_bf16" in flags and "avx512bw" in flags
+    return all(f in flags for f in ("avx512_bf16", "avx512bw", "avx512vl"))
 
 
 @cache
@@ -47,12 +47,12 @@ def kernel() -> Any | None:
         bin_dir = str(Path(sys.executable).parent)
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        source = Path(__file__).with_name("kernels") / "bf16_rows_linear.cpp"
-        logger.info("building the bfloat16 row kernel (once, ~20 s)")
+        folder = Path(__file__).with_name("kernels")
+        logger.info("building the bfloat16 row kernels (once, ~30 s)")
         return load(
-            name="specdec_bf16_rows_linear",
-            sources=[str(source)],
-            extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512bf16", "-fopenmp"],
+            name="specdec_cpu_kernels",
+            sources=[str(folder / "bf16_rows_linear.cpp"), str(folder / "probs_values.cpp")],
+            extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"],
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )

@@ -76,6 +76,9 @@ torch::Tensor rows_linear(torch::Tensor x, torch::Tensor w) {
   return y;
 }
 
+torch::Tensor probs_values(torch::Tensor probs, torch::Tensor values, torch::Tensor order, int64_t tokens);
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
+  m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
 }
