@@ -95,3 +95,19 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
     assert chi_square_pvalue(pairs, joint12) > 1e-4
     assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
     assert llm.stats.num_accepted_tokens >= 100 and llm.stats.acceptance_rate < 0.95
+
+
+def test_bench_reports_which_part_drafted(zoo, tmp_path):
+    from specdec.bench.runner import run_bench
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "one two three four one two three four one two", "category": "x"}\n'
+                       '{"prompt": "The quick brown fox", "category": "x"}\n')
+    config = {"method": "hybrid", "prompt_lookup_min": 1, "prompt_lookup_max": 1,
+              "fallback": {"method": "draft_model", "model": zoo.path("llama_draft"), "num_speculative_tokens": 3}}
+    report = run_bench(str(prompts), speculative_config=config, loaded=zoo.load("llama"), max_new_tokens=24,
+                       warmup=1, progress=False)
+    counts = report["proposer_counters"]
+    assert counts["lookup_steps"] > 0 and counts["fallback_steps"] > 0
+    # the warm-up (the first prompt once more) is not counted: at most one draft per generated token
+    assert counts["lookup_steps"] + counts["fallback_steps"] <= 2 * 24

@@ -111,6 +111,10 @@ def run_bench(
         for mode in MODES if hf is not None else ():
             hf.generate(ids, mode)
 
+    def counters() -> list[dict[str, int]]:
+        return [s.proposer.counters() if s.proposer is not None else {} for s in specs]
+
+    counted_from = counters()  # the warm-up does not count
     per_config: list[list[PromptResult]] = [[] for _ in specs]
     total = sum(len(q.turns) for q in questions)
     with tqdm(total=total, desc="bench", unit="turn", disable=not progress, dynamic_ncols=True) as bar:
@@ -126,6 +130,9 @@ def run_bench(
         _report(rows, loaded, config, plain, hf, max_new_tokens, temperature, seed, tokenizer)
         for rows, config in zip(per_config, configs)
     ]
+    for report, start, end in zip(reports, counted_from, counters()):
+        if end:
+            report["proposer_counters"] = {k: v - start.get(k, 0) for k, v in end.items()}
     if not many:
         return reports[0]
     return {"runs": reports, "comparison": [comparison_row(r) for r in reports]}

@@ -70,6 +70,10 @@ class Proposer(ABC):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         """Drafts up to `max_tokens` tokens to follow `tokens` (committed tokens plus the pending last one)."""
 
+    def counters(self) -> dict[str, int]:
+        """Method-specific running counts for reports (e.g. hybrid: steps drafted by each part)."""
+        return {}
+
     def feedback(
         self, num_accepted: int, verified: ForwardResult | None = None, path: Sequence[int] | None = None
     ) -> None:

@@ -77,6 +77,9 @@ class HybridProposer(Proposer):
     def num_speculative_tokens(self) -> int:
         return max(self.options.num_speculative_tokens, self.fallback.num_speculative_tokens)
 
+    def counters(self) -> dict[str, int]:
+        return {"lookup_steps": self.drafted_by_lookup, "fallback_steps": self.drafted_by_fallback}
+
     def begin(self, prompt: Sequence[int], sampling: SamplingParams, generator: torch.Generator | None,
               capacity: int, prefill: ForwardResult | None = None) -> None:
         self.fallback.begin(prompt, sampling, generator, capacity, prefill)
