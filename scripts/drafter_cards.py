@@ -142,6 +142,9 @@ def card(directory: Path) -> str:
 def main() -> None:
     for directory in sorted((ROOT / "drafters").iterdir()):
         if (directory / "config.json").is_file() and (directory / "training_report.json").is_file():
+            if not bench_rows(directory.name, directory.name) and (directory / "README.md").is_file():
+                print(f"kept {directory / 'README.md'} (not in the latest bench run)")
+                continue
             (directory / "README.md").write_text(card(directory))
             print(f"wrote {directory / 'README.md'}")
 
