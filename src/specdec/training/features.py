@@ -8,6 +8,7 @@ safetensors files within a disk budget; past the budget they are recomputed on e
 from __future__ import annotations
 
 import hashlib
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +65,7 @@ class FeatureExtractor:
         if self._used() < self.budget:
             tensors = {f"h{i}": feats.hidden[i].cpu() for i in self.layers}
             tensors["final"] = feats.final_hidden.cpu()
-            tmp = path.with_suffix(".tmp")
+            tmp = path.with_suffix(f".{os.getpid()}.tmp")  # two trainings may share a cache
             save_file(tensors, str(tmp))
             tmp.rename(path)
         return feats
