@@ -148,7 +148,7 @@ def _generate_batched(settings: DistillSettings, path: Path, prompts: list[Train
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
     rendered = [render_prompt(tokenizer, p.turns, p.answers) for p in todo]
     fits = [i for i, ids in enumerate(rendered) if len(ids) <= settings.max_prompt_tokens]  # see generate_data
-    bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo) + len(todo) - len(fits),
+    bar = tqdm(total=len(prompts), initial=len(prompts) - len(fits),  # done before, or too long
                desc="self-distillation (batched)", unit="prompt", disable=not progress, dynamic_ncols=True)
     tokens, start = 0, time.perf_counter()
     with path.open("a", encoding="utf-8") as f:
