@@ -34,9 +34,11 @@ COMMANDS = {
     "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
                   "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
                   "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
-    "dflash-b8": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b8 --block-size 8 "
-                 "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
-                 "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
+    "dflash-b8": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b8-run2 --block-size 8 "
+                 "--num-layers 3 --num-anchors 64 --prompt-samples 4000 --max-steps 700 --tokens-per-step 2048 "
+                 "--lr 6e-4 --warmup-steps 15 --checkpoint-every 10 --threads 1 --feature-cache data/feature-cache "
+                 "--cache-budget-gb 14 --draft-vocab-size 32768` (stopped after step 320), then the same with "
+                 "`--resume --max-steps 540",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from), as their reports gave them
 EARLIER = {
