@@ -33,7 +33,7 @@ def test_responses_stop_after_the_first_eos(zoo):
 
 def test_length_sorted_batches_cover_everything_once():
     lengths = [5, 1, 9, 3, 7, 2, 8, 4, 6, 10]
-    batches = length_sorted_batches(list(range(10)), lengths, batch_size=2, window=2)
+    batches = length_sorted_batches(lengths, batch_size=2, window=2)
     assert sorted(i for b in batches for i in b) == list(range(10))
     assert batches[:2] == [[1, 3], [0, 2]]  # the first window (items 0-3) comes first, shortest first
     with pytest.raises(ValueError):

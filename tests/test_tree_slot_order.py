@@ -12,7 +12,7 @@ from specdec.models.attention_mask import build_mask, reorder_mask, tree_ancestr
 def test_slot_order_puts_ancestors_at_chain_slots():
     parents = [-1, 0, 0, 1, 2, -1]
     ancestry, depth = tree_ancestry(parents, torch.device("cpu"))
-    order = tree_slot_order(ancestry, depth, committed=3, capacity=12)
+    order = tree_slot_order(ancestry, committed=3, capacity=12)
     assert order[:, :3].tolist() == [[0, 1, 2]] * 6
     assert order[4, 3:6].tolist() == [3, 5, 7]  # node 4: root 0 (slot 3), node 2 (slot 5), itself (slot 7)
     assert order[5, 3].item() == 8  # a second root reads itself at the first pending column

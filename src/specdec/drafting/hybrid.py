@@ -21,7 +21,7 @@ import numpy as np
 import torch
 
 from specdec.drafting.base import Draft, Proposer
-from specdec.drafting.ngram import find_continuation
+from specdec.drafting.ngram import NgramOptions, find_continuation
 from specdec.drafting.registry import get_method, register
 
 if TYPE_CHECKING:
@@ -38,14 +38,8 @@ class HybridOptions:
     prompt_lookup_max: int = 4
 
     def problems(self) -> list[str]:
-        out = []
-        if not 1 <= self.num_speculative_tokens <= 63:
-            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
-        if self.prompt_lookup_min < 1:
-            out.append(f"prompt_lookup_min must be >= 1, got {self.prompt_lookup_min}")
-        if self.prompt_lookup_max < self.prompt_lookup_min:
-            out.append(f"prompt_lookup_max ({self.prompt_lookup_max}) must be >= prompt_lookup_min "
-                       f"({self.prompt_lookup_min})")
+        # the lookup part takes n-gram lookup's options, checked as that method checks them
+        out = NgramOptions(self.num_speculative_tokens, self.prompt_lookup_min, self.prompt_lookup_max).problems()
         if self.fallback.get("method") in (None, "hybrid", "ngram"):
             out.append("fallback must be a speculative_config with a learned or model 'method' "
                        "(eagle3, mtp, medusa, dflash, draft_model)")

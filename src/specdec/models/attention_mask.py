@@ -48,7 +48,7 @@ def build_mask(
     return mask
 
 
-def tree_slot_order(ancestry: torch.Tensor, depth: torch.Tensor, committed: int, capacity: int) -> torch.Tensor:
+def tree_slot_order(ancestry: torch.Tensor, committed: int, capacity: int) -> torch.Tensor:
     """[T, capacity] long: for token i, the slot its column s reads. Committed slots read themselves;
     column committed + k reads the slot of i's ancestor at depth k (i itself at its own depth), which is
     where a chain, and plain decoding, keep that token; later pending columns read themselves (masked)."""

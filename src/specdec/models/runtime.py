@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
-from specdec.models.attention_mask import build_mask, reorder_mask, tree_ancestry, tree_slot_order
+from specdec.models.attention_mask import build_mask, chain_parents, reorder_mask, tree_ancestry, tree_slot_order
 from specdec.models.decoder import Decoder
 from specdec.models.kv_cache import KVCache
 
@@ -134,9 +134,9 @@ class NativeRuntime(ModelRuntime):
         cache.reserve(t, positions)
         masks = {w: build_mask(cache.positions, cache.length, ancestry, positions, w) for w in self.windows}
         order = None
-        if parents is not None and list(parents) != list(range(-1, t - 1)):
+        if parents is not None and list(parents) != chain_parents(t):
             # a real tree: every token reads its ancestors in chain order (bit-identical to plain decoding)
-            order = tree_slot_order(ancestry, depth, cache.length, cache.capacity)
+            order = tree_slot_order(ancestry, cache.length, cache.capacity)
             masks = {w: reorder_mask(m, order, depth, cache.length) for w, m in masks.items()}
         ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
         out = self.decoder(ids, positions, masks, cache, capture=capture, logit_rows=_rows(logit_rows, t),

@@ -54,14 +54,13 @@ def generate_batch(
     return responses
 
 
-def length_sorted_batches(items: Sequence[Any], lengths: Sequence[int], batch_size: int,
-                          window: int = 8) -> list[list[int]]:
-    """Indices of `items` in batches of similar length (less padding): consecutive windows of
+def length_sorted_batches(lengths: Sequence[int], batch_size: int, window: int = 8) -> list[list[int]]:
+    """Indices into `lengths` in batches of similar length (less padding): consecutive windows of
     `window * batch_size` items are sorted by length, then cut; the order across windows is kept, so an
     interrupted run has done a prefix of the list, window by window."""
     batches: list[list[int]] = []
     span = window * batch_size
-    for start in range(0, len(items), span):
-        order = sorted(range(start, min(start + span, len(items))), key=lambda i: lengths[i])
+    for start in range(0, len(lengths), span):
+        order = sorted(range(start, min(start + span, len(lengths))), key=lambda i: lengths[i])
         batches += [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     return batches

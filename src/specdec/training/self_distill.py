@@ -152,7 +152,7 @@ def _generate_batched(settings: DistillSettings, path: Path, prompts: list[Train
                desc="self-distillation (batched)", unit="prompt", disable=not progress, dynamic_ncols=True)
     tokens, start = 0, time.perf_counter()
     with path.open("a", encoding="utf-8") as f:
-        for n, batch in enumerate(length_sorted_batches(fits, [len(rendered[i]) for i in fits], batch_size)):
+        for n, batch in enumerate(length_sorted_batches([len(rendered[i]) for i in fits], batch_size)):
             chosen = [fits[i] for i in batch]
             responses = generate_batch(model.hf_model, [rendered[i] for i in chosen], settings.max_new_tokens, eos,
                                        pad, settings.temperature, settings.seed + n)
