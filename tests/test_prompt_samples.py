@@ -20,8 +20,8 @@ from eagle3_helpers import greedy_samples, make_random_eagle3
 
 
 def _objective(target, samples, **options) -> Eagle3Objective:
-    return Eagle3Objective(target, samples, Eagle3TrainOptions(draft_vocab_size=256, ttt_steps=3, **options),
-                           None, 0)
+    options.setdefault("draft_vocab_size", None if "init_from" in options else 256)
+    return Eagle3Objective(target, samples, Eagle3TrainOptions(ttt_steps=3, **options), None, 0)
 
 
 def test_prompt_positions_are_scored_only_when_asked(zoo):

@@ -131,6 +131,18 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
     return _run_training(args, train_dflash, options)
 
 
+def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
+    from specdec.training.self_distill import read_samples
+    from specdec.training.shrink_vocab import shrink_drafter_vocab
+
+    from specdec.drafting.eagle3 import resolve_drafter_path
+
+    report = shrink_drafter_vocab(resolve_drafter_path(args.drafter), Path(args.output), read_samples(Path(args.data)),
+                                  args.draft_vocab_size)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
 def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
@@ -180,6 +192,16 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     _common(gen)
     gen.set_defaults(func=cmd_data_generate)
 
+    drafter = sub.add_parser("drafter", help="tools for learned drafter directories")
+    drafter_sub = drafter.add_subparsers(dest="drafter_command", required=True)
+    shrink = drafter_sub.add_parser(
+        "shrink-vocab", help="keep a drafter's most frequent draft tokens only (cheaper draft steps, no retraining)")
+    shrink.add_argument("drafter", help="drafter directory (any learned method)")
+    shrink.add_argument("--data", required=True, help="directory from `specdec data generate`: ranks the tokens")
+    shrink.add_argument("--draft-vocab-size", type=int, required=True)
+    shrink.add_argument("--output", required=True, help="the new drafter directory")
+    shrink.set_defaults(func=cmd_drafter_shrink_vocab)
+
     train = sub.add_parser("train", help="train a learned drafter")
     methods = train.add_subparsers(dest="train_method", required=True)
     e3 = methods.add_parser("eagle3", help="EAGLE-3 drafter (training-time test)")
@@ -200,7 +222,9 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--max-steps", type=int, default=None, help="total optimizer steps (default: --epochs over the data)")
     e3.add_argument("--follow-data", action="store_true",
                     help="re-read --data at every epoch (train while `specdec data generate` still runs)")
-    e3.add_argument("--draft-vocab-size", type=int, default=32768)
+    e3.add_argument("--draft-vocab-size", type=int, default=None,
+                    help="draft vocabulary: the most frequent target tokens (default 32768; with --init-from, "
+                         "the start's; a smaller size keeps the start's most frequent tokens)")
     e3.add_argument("--aux-layers", default=None, help="comma-separated target layers (default 2,L/2,L-3)")
     e3.add_argument("--ttt-steps", type=int, default=4)
     e3.add_argument("--loss-decay", type=float, default=0.8)

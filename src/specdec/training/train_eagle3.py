@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -23,7 +23,7 @@ from specdec.training.trainer import StepMetrics, TrainSettings, train
 
 @dataclass
 class Eagle3TrainOptions:
-    draft_vocab_size: int = 32768
+    draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
     aux_layers: list[int] | None = None
     ttt_steps: int = 4
     loss_decay: float = 0.8
@@ -39,12 +39,22 @@ class Eagle3Objective:
         torch.manual_seed(0)
         if options.init_from is not None:
             start, _ = load_eagle3(options.init_from, target)
-            config = start.config
+            ids = start.draft_ids()
+            size = options.draft_vocab_size or ids.numel()
+            if size > ids.numel():
+                raise ValueError(f"--draft-vocab-size {size} is larger than the vocabulary of {options.init_from} "
+                                 f"({ids.numel()}): a fine-tuned drafter's vocabulary can only shrink")
+            if size < ids.numel():  # keep the start's most frequent tokens; its weights do not depend on them
+                ids = frequent_tokens((s.response_ids for s in samples), size, target.vocab_size,
+                                      fallback=_prompt_tokens(target, samples), within=ids)
+            config = replace(start.config, draft_vocab_size=size)
             self.model = Eagle3Drafter(config)
-            self.model.load_state_dict(start.state_dict())
-            ids = self.model.draft_ids()
+            weights = {k: v for k, v in start.state_dict().items() if k not in ("d2t", "t2d")}
+            missing, unexpected = self.model.load_state_dict(weights, strict=False)
+            assert set(missing) == {"d2t", "t2d"} and not unexpected, (missing, unexpected)
+            self.model.set_draft_vocab(ids)
         else:
-            vocab = min(options.draft_vocab_size, target.vocab_size)
+            vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
             ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
                                   fallback=_prompt_tokens(target, samples))
             config = default_eagle3_config(target, vocab, options.aux_layers)
