@@ -22,7 +22,7 @@ from dataclasses import asdict, dataclass, field
 import torch
 from torch import nn
 
-from specdec.drafting.draft_layers import GatedMLP, RMSNorm
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm, rope
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models.fast_linear import module_linear as _lin
 
@@ -56,16 +56,6 @@ class DFlashConfig:
 
     def to_dict(self) -> dict:
         return asdict(self)
-
-
-def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Llama-style RoPE (halves rotated); x [..., *positions.shape, head_dim], positions of any shape."""
-    half = x.shape[-1] // 2
-    inv = 1.0 / (theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half))
-    ang = positions.to(torch.float32)[..., None] * inv
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
 
 
 def attend(q: torch.Tensor, ctx: KV, blk: KV, visible: torch.Tensor | None, scale: float) -> torch.Tensor:

@@ -9,6 +9,31 @@ from torch import nn
 from specdec.models.fast_linear import module_linear
 
 
+_ROPE_TABLES: dict[tuple[float, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def _rope_table(theta: float, half: int, length: int, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    """float32 cos/sin [>= length, half], computed once per (theta, size, device) and grown by doubling: a
+    draft step rotates a handful of positions, where computing the angles each call costs more than the rest."""
+    key = (theta, half, device)
+    table = _ROPE_TABLES.get(key)
+    if table is None or table[0].shape[0] < length:
+        size = max(1024, 1 << max(length - 1, 1).bit_length())
+        inv = 1.0 / (theta ** (torch.arange(half, device=device, dtype=torch.float32) / half))
+        ang = torch.arange(size, device=device, dtype=torch.float32)[:, None] * inv[None]
+        table = _ROPE_TABLES[key] = (ang.cos(), ang.sin())
+    return table
+
+
+def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """Llama-style RoPE (halves rotated) on x [..., *positions.shape, head_dim], integer positions of any shape."""
+    half = x.shape[-1] // 2
+    cos_t, sin_t = _rope_table(theta, half, int(positions.max()) + 1 if positions.numel() else 1, x.device)
+    cos, sin = cos_t[positions].to(x.dtype), sin_t[positions].to(x.dtype)
+    x1, x2 = x[..., :half], x[..., half:]
+    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
+
+
 class RMSNorm(nn.Module):
     """RMSNorm computed in float32 whatever the input dtype (bf16 autocast in training, bf16 inference)."""
 

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.drafting.draft_layers import GatedMLP, RMSNorm
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm, rope
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models.fast_linear import module_linear as _lin
 
@@ -45,16 +45,6 @@ class Eagle3Config:
         return asdict(self)
 
 
-def rotate(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """Llama-style RoPE (halves rotated) on [heads, n, head_dim] at integer `positions` [n]."""
-    half = x.shape[-1] // 2
-    inv = 1.0 / (theta ** (torch.arange(half, device=x.device, dtype=torch.float32) / half))
-    ang = positions.to(torch.float32)[:, None] * inv[None]
-    cos, sin = ang.cos().to(x.dtype), ang.sin().to(x.dtype)
-    x1, x2 = x[..., :half], x[..., half:]
-    return torch.cat([x1 * cos - x2 * sin, x2 * cos + x1 * sin], dim=-1)
-
-
 class Eagle3Attention(nn.Module):
     def __init__(self, c: Eagle3Config) -> None:
         super().__init__()
@@ -70,7 +60,7 @@ class Eagle3Attention(nn.Module):
         q = _lin(self.q_proj, x).view(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
         k = _lin(self.k_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         v = _lin(self.v_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
-        return rotate(q, positions, c.rope_theta), rotate(k, positions, c.rope_theta), v
+        return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
         """[heads, n, d] -> [n, H]"""
