@@ -16,7 +16,15 @@ DEMO_PROMPTS = [
     "Question: Translate to English: 'Ich habe keine Zeit, weil ich arbeiten muss.'\nAnswer:",
     "Question: Write a Python function that returns the sum of a list of numbers.\nAnswer:",
 ]
-DEMO_CONFIG = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
+NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
+# The fastest method measured on the default model (scripts/bench_all_methods.sh): prompt lookup where the
+# context repeats itself, the shipped EAGLE-3 drafter elsewhere. Other models get lookup alone.
+DEFAULT_MODEL_CONFIG = {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {
+    "method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}}
+
+
+def demo_config(model: str) -> dict:
+    return DEFAULT_MODEL_CONFIG if model == DEFAULT_MODEL else NGRAM_CONFIG
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -38,11 +46,12 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 110)
     console.print(f"[bold]loading {args.model}[/bold] (the first run converts the GGUF file once, ~40 s)")
     plain = LLM(model=args.model)
-    spec = LLM(loaded=plain.model, speculative_config=DEMO_CONFIG)
+    config = demo_config(args.model)
+    spec = LLM(loaded=plain.model, speculative_config=config)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     plain.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))  # warm-up
     spec.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))
-    table = Table(title=f"{args.model}, bfloat16, greedy, {args.max_tokens} new tokens; speculative: {DEMO_CONFIG}")
+    table = Table(title=f"{args.model}, bfloat16, greedy, {args.max_tokens} new tokens; speculative: {config}")
     table.add_column("prompt", no_wrap=True, max_width=26)
     for col in ("plain tok/s", "spec tok/s", "speedup", "acc. rate", "mean acc. len", "identical"):
         table.add_column(col, justify="right", no_wrap=True)
