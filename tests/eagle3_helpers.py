@@ -3,6 +3,7 @@ briefly trained ones (for acceptance checks)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import torch
@@ -36,3 +37,11 @@ def greedy_samples(target, n: int, prompt_len: int = 12, response_len: int = 40,
         response = llm.generate({"prompt_token_ids": prompt}, params)[0].outputs[0].token_ids
         out.append(Sample(f"s{i}", "test", prompt, list(response)))
     return out
+
+
+def write_data_dir(folder: Path, samples: list[Sample]) -> Path:
+    """A data directory as `specdec data generate` writes it (samples.jsonl), for the training commands."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids} for s in samples]
+    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return folder

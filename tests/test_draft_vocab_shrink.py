@@ -12,7 +12,7 @@ from specdec.drafting.eagle3_format import load_eagle3
 from specdec.training.draft_vocab import frequent_tokens
 from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
 
-from eagle3_helpers import greedy_samples, make_random_eagle3
+from eagle3_helpers import greedy_samples, make_random_eagle3, write_data_dir
 
 
 def test_frequent_tokens_within_a_set_ranks_only_its_members():
@@ -64,11 +64,7 @@ def test_vocab_cannot_grow_when_fine_tuning(zoo, tmp_path):
 def test_train_command_shrinks_the_vocab(zoo, tmp_path, capsys):
     target = zoo.load("bigram")
     start = make_random_eagle3(target, tmp_path / "start", draft_vocab_size=200, seed=3)
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
-            for s in greedy_samples(target, 6)]
-    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_data_dir(tmp_path / "data", greedy_samples(target, 6))
     rc = main(["train", "eagle3", "--target", zoo.path("bigram"), "--data", str(data), "--output",
                str(tmp_path / "small"), "--init-from", start, "--draft-vocab-size", "64", "--max-steps", "1",
                "--tokens-per-step", "128", "--val-fraction", "0"])

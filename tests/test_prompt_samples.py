@@ -16,7 +16,7 @@ from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
 from specdec.training.trainer import TrainSettings, train
 
-from eagle3_helpers import greedy_samples, make_random_eagle3
+from eagle3_helpers import greedy_samples, make_random_eagle3, write_data_dir
 
 
 def _objective(target, samples, **options) -> Eagle3Objective:
@@ -95,11 +95,7 @@ def test_init_from_starts_from_the_drafters_weights_and_vocab(zoo, tmp_path, cap
     for name, tensor in loaded.state_dict().items():
         assert torch.equal(objective.model.state_dict()[name].to(tensor.dtype), tensor), name
     assert objective.model.config.draft_vocab_size == 200
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
-            for s in greedy_samples(target, 6)]
-    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_data_dir(tmp_path / "data", greedy_samples(target, 6))
     rc = main(["train", "eagle3", "--target", zoo.path("bigram"), "--data", str(data), "--output",
                str(tmp_path / "tuned"), "--init-from", start, "--max-steps", "2", "--tokens-per-step", "128",
                "--val-fraction", "0"])
@@ -113,11 +109,7 @@ def test_train_command_adds_prompt_only_samples(zoo, tmp_path, monkeypatch, caps
     target = zoo.load("bigram")
     fake = [TrainPrompt(f"fake{i}", "chat", (f"word {i} " * 4,)) for i in range(5)]
     monkeypatch.setattr(prompt_samples, "build_prompts", lambda *a, **k: list(fake))
-    data = tmp_path / "data"
-    data.mkdir()
-    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
-            for s in greedy_samples(target, 4)]
-    (data / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    data = write_data_dir(tmp_path / "data", greedy_samples(target, 4))
     rc = main(["train", method, "--target", zoo.path("bigram"), "--data", str(data), "--output",
                str(tmp_path / method), "--prompt-samples", "3", "--max-steps", "2", "--tokens-per-step", "64",
                "--val-fraction", "0", "--draft-vocab-size", "128"])

@@ -12,7 +12,7 @@ from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.mtp_format import load_mtp
 
-from eagle3_helpers import greedy_samples, make_random_eagle3
+from eagle3_helpers import greedy_samples, make_random_eagle3, write_data_dir
 from medusa_helpers import make_random_medusa
 from mtp_helpers import make_random_mtp
 from test_dflash import make_random_dflash
@@ -22,20 +22,13 @@ MAKERS = {"eagle3": (make_random_eagle3, load_eagle3), "medusa": (make_random_me
 GREEDY = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
 
 
-def _data(target, folder):
-    folder.mkdir()
-    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
-            for s in greedy_samples(target, 6)]
-    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return rows
-
-
 @pytest.mark.parametrize("method", sorted(MAKERS))
 def test_shrunk_drafter_is_a_subset_and_stays_lossless(zoo, tmp_path, capsys, method):
     target = zoo.load("llama")
     make, load = MAKERS[method]
     source = make(target, tmp_path / "big", draft_vocab_size=200, seed=1)
-    rows = _data(target, tmp_path / "data")
+    samples = greedy_samples(target, 6)
+    write_data_dir(tmp_path / "data", samples)
     rc = main(["drafter", "shrink-vocab", source, "--data", str(tmp_path / "data"), "--draft-vocab-size", "40",
                "--output", str(tmp_path / "small")])
     assert rc == 0
@@ -47,7 +40,7 @@ def test_shrunk_drafter_is_a_subset_and_stays_lossless(zoo, tmp_path, capsys, me
     assert config["draft_vocab_size"] == 40 and config["specdec"]["vocab_shrunk"]["draft_vocab_size"] == 40
     kept, old = set(small.draft_ids().tolist()), set(big.draft_ids().tolist())
     assert len(kept) == 40 and kept <= old
-    seen = {t for r in rows for t in r["response_ids"] if t in old}
+    seen = {t for s in samples for t in s.response_ids if t in old}
     assert kept <= seen or seen <= kept  # the responses' tokens come first
     for name, tensor in big.state_dict().items():
         if name not in ("d2t", "t2d"):
@@ -61,7 +54,7 @@ def test_shrunk_drafter_is_a_subset_and_stays_lossless(zoo, tmp_path, capsys, me
 def test_bad_requests_are_clear_errors(zoo, tmp_path, capsys):
     target = zoo.load("llama")
     source = make_random_eagle3(target, tmp_path / "big", draft_vocab_size=100)
-    _data(target, tmp_path / "data")
+    write_data_dir(tmp_path / "data", greedy_samples(target, 2))
     args = ["drafter", "shrink-vocab", source, "--data", str(tmp_path / "data")]
     for extra, message in [(["--draft-vocab-size", "100", "--output", str(tmp_path / "o")], "1..99"),
                            (["--draft-vocab-size", "10", "--output", source], "must differ")]:

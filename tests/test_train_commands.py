@@ -8,16 +8,12 @@ import json
 import pytest
 from specdec.cli import main
 
-from eagle3_helpers import greedy_samples
+from eagle3_helpers import greedy_samples, write_data_dir
 
 
 @pytest.fixture(scope="module")
 def data_dir(zoo, tmp_path_factory):
-    folder = tmp_path_factory.mktemp("distill")
-    rows = [{"id": s.id, "kind": s.kind, "prompt_ids": s.prompt_ids, "response_ids": s.response_ids}
-            for s in greedy_samples(zoo.load("bigram"), 24)]
-    (folder / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return folder
+    return write_data_dir(tmp_path_factory.mktemp("distill"), greedy_samples(zoo.load("bigram"), 24))
 
 
 def test_train_then_bench(zoo, data_dir, tmp_path, capsys):
