@@ -80,6 +80,10 @@ def _loader(args: argparse.Namespace, target):
     return load
 
 
+def _path(text: str | None) -> Path | None:
+    return Path(text) if text else None
+
+
 def _layers(text: str | None) -> list[int] | None:
     return [int(x) for x in text.split(",")] if text else None
 
@@ -103,7 +107,7 @@ def cmd_train_medusa(args: argparse.Namespace) -> int:
     options = MedusaTrainOptions(draft_vocab_size=args.draft_vocab_size, num_heads=args.num_heads,
                                  num_layers=args.num_layers, loss_decay=args.loss_decay,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0)
+                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
     return _run_training(args, train_medusa, options)
 
 
@@ -115,7 +119,7 @@ def cmd_train_mtp(args: argparse.Namespace) -> int:
                               init_layer=None if args.random_init else args.init_layer,
                               feature_layers=_layers(args.feature_layers),
                               num_speculative_tokens=args.num_speculative_tokens,
-                              score_prompt=args.prompt_samples != 0)
+                              score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
     return _run_training(args, train_mtp, options)
 
 
@@ -163,7 +167,9 @@ def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
                    help="total optimizer steps (default: --epochs over the data)")
     p.add_argument("--follow-data", action="store_true",
                    help="re-read --data at every epoch (train while `specdec data generate` still runs)")
-    p.add_argument("--draft-vocab-size", type=int, default=32768)
+    p.add_argument("--draft-vocab-size", type=int, default=None,
+                   help="draft vocabulary: the most frequent target tokens (default 32768; with --init-from, "
+                        "the start's; a smaller size keeps the start's most frequent tokens)")
     p.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
     p.add_argument("--cache-budget-gb", type=float, default=4.0)
     p.add_argument("--feature-layers", default=None,
@@ -242,6 +248,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa.add_argument("--num-layers", type=int, default=1, help="ResBlocks per head")
     medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
+    medusa.add_argument("--init-from", default=None,
+                        help="start from these Medusa heads (their shape wins over --num-heads/--num-layers)")
     medusa.set_defaults(func=cmd_train_medusa)
 
     mtp = methods.add_parser("mtp", help="external MTP drafter (DeepSeek-V3 style modules)")
@@ -253,6 +261,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--random-init", action="store_true", help="start the blocks from random weights")
     mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
     mtp.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
+    mtp.add_argument("--init-from", default=None,
+                     help="start from this MTP drafter (its modules win over --num-modules/--init-layer)")
     mtp.set_defaults(func=cmd_train_mtp)
 
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")

@@ -25,7 +25,7 @@ from specdec.training.trainer import TrainSettings, train
 class DFlashTrainOptions:
     block_size: int = 16
     num_layers: int = 3
-    draft_vocab_size: int = 32768
+    draft_vocab_size: int | None = None  # None: 32768
     aux_layers: list[int] | None = None  # DFlash convention (layer outputs); default: default_target_layer_ids
     mask_token_id: int | None = None  # default: the tokenizer's mask token, else pad
     num_anchors: int = 64  # blocks per sequence and forward
@@ -40,7 +40,7 @@ class DFlashTrainOptions:
 class DFlashObjective:
     def __init__(self, target: LoadedModel, samples: list[Sample], options: DFlashTrainOptions,
                  feature_cache: Path | None, cache_budget_bytes: int) -> None:
-        vocab = min(options.draft_vocab_size, target.vocab_size)
+        vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
         ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
                               fallback=_prompt_tokens(target, samples))
         self.vocab_coverage = coverage((s.response_ids for s in samples), ids)

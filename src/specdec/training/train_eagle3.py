@@ -19,6 +19,7 @@ from specdec.training.eagle3_objective import (
 from specdec.training.features import FeatureExtractor
 from specdec.training.self_distill import Sample
 from specdec.training.trainer import StepMetrics, TrainSettings, train
+from specdec.training.warm_start import copy_trained_weights, start_vocabulary
 
 
 @dataclass
@@ -39,19 +40,11 @@ class Eagle3Objective:
         torch.manual_seed(0)
         if options.init_from is not None:
             start, _ = load_eagle3(options.init_from, target)
-            ids = start.draft_ids()
-            size = options.draft_vocab_size or ids.numel()
-            if size > ids.numel():
-                raise ValueError(f"--draft-vocab-size {size} is larger than the vocabulary of {options.init_from} "
-                                 f"({ids.numel()}): a fine-tuned drafter's vocabulary can only shrink")
-            if size < ids.numel():  # keep the start's most frequent tokens; its weights do not depend on them
-                ids = frequent_tokens((s.response_ids for s in samples), size, target.vocab_size,
-                                      fallback=_prompt_tokens(target, samples), within=ids)
-            config = replace(start.config, draft_vocab_size=size)
+            ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
+                                   target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
+            config = replace(start.config, draft_vocab_size=ids.numel())
             self.model = Eagle3Drafter(config)
-            weights = {k: v for k, v in start.state_dict().items() if k not in ("d2t", "t2d")}
-            missing, unexpected = self.model.load_state_dict(weights, strict=False)
-            assert set(missing) == {"d2t", "t2d"} and not unexpected, (missing, unexpected)
+            copy_trained_weights(self.model, start, options.init_from)
             self.model.set_draft_vocab(ids)
         else:
             vocab = min(options.draft_vocab_size or 32768, target.vocab_size)

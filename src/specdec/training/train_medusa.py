@@ -4,12 +4,12 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from specdec.drafting.medusa_format import save_medusa
+from specdec.drafting.medusa_format import load_medusa, save_medusa
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads, expected_accepted, tree_from_accuracy
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
@@ -19,11 +19,12 @@ from specdec.training.medusa_objective import MedusaMetrics, medusa_loss
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
 from specdec.training.trainer import TrainSettings, train
+from specdec.training.warm_start import copy_trained_weights, start_vocabulary
 
 
 @dataclass
 class MedusaTrainOptions:
-    draft_vocab_size: int = 32768
+    draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
     num_heads: int = 4
     num_layers: int = 1  # ResBlocks per head
     loss_decay: float = 0.8  # head k weighted decay**k
@@ -32,6 +33,7 @@ class MedusaTrainOptions:
     feature_layers: list[int] | None = None
     tree_nodes: int = 24  # nodes of the tree whose estimated acceptance the report gives
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
+    init_from: Path | None = None  # start from these Medusa heads (their shape, weights and vocabulary)
 
 
 class MedusaObjective:
@@ -40,15 +42,22 @@ class MedusaObjective:
         decoder = target.decoder
         if decoder is None:
             raise ValueError("medusa training needs the native runtime (the target's final hidden states)")
-        vocab = min(options.draft_vocab_size, target.vocab_size)
-        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
-                              fallback=_prompt_tokens(target, samples))
-        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
-        config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads,
-                              num_layers=options.num_layers, vocab_size=target.vocab_size, draft_vocab_size=vocab,
-                              logit_softcap=decoder.arch.final_logit_softcap)
         torch.manual_seed(0)
-        self.model = MedusaHeads(config)
+        if options.init_from is not None:
+            start, _ = load_medusa(options.init_from, target)
+            ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
+                                   target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
+            self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel()))
+            copy_trained_weights(self.model, start, options.init_from)
+        else:
+            vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
+            ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                                  fallback=_prompt_tokens(target, samples))
+            config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads,
+                                  num_layers=options.num_layers, vocab_size=target.vocab_size,
+                                  draft_vocab_size=vocab, logit_softcap=decoder.arch.final_logit_softcap)
+            self.model = MedusaHeads(config)
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
         self.model.set_draft_vocab(ids)
         self.target, self.options = target, options
         self.after_load()

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from specdec.drafting.mtp_format import save_mtp
+from specdec.drafting.mtp_format import load_mtp, save_mtp
 from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target
 from specdec.models.loading import LoadedModel
 from specdec.training.draft_vocab import coverage, frequent_tokens
@@ -19,11 +19,12 @@ from specdec.training.mtp_objective import mtp_loss, step_weights
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
 from specdec.training.trainer import TrainSettings, train
+from specdec.training.warm_start import copy_trained_weights, start_vocabulary
 
 
 @dataclass
 class MTPTrainOptions:
-    draft_vocab_size: int = 32768
+    draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
     num_modules: int = 1  # depth k trains module min(k, num_modules): one module can serve every step
     steps: int = 3  # depths trained
     step_weight_beta: float = 0.6  # depth k weighted beta**(k - 1), normalised
@@ -33,6 +34,7 @@ class MTPTrainOptions:
     feature_layers: list[int] | None = None
     num_speculative_tokens: int = 3  # written into the speculators proposal method
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
+    init_from: Path | None = None  # start from this MTP drafter (its modules, weights and vocabulary)
 
 
 class MTPObjective:
@@ -42,18 +44,26 @@ class MTPObjective:
         if decoder is None:
             raise ValueError("mtp training needs the native runtime (the target's final hidden states)")
         arch = decoder.arch
-        vocab = min(options.draft_vocab_size, target.vocab_size)
-        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
-                              fallback=_prompt_tokens(target, samples))
-        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
-        layer = None if options.init_layer is None else options.init_layer % arch.num_layers
-        self.config = MTPConfig(num_modules=options.num_modules, hidden_size=arch.hidden_size,
-                                vocab_size=target.vocab_size, draft_vocab_size=vocab,
-                                first_layer_index=arch.num_layers,
-                                layer_type=FULL if layer is None else arch.layer_types[layer])
         torch.manual_seed(0)
-        self.model = MTPDrafter(self.config, arch).float()
-        init_from_target(self.model, decoder, layer)
+        if options.init_from is not None:
+            start, _ = load_mtp(options.init_from, target)
+            ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
+                                   target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
+            self.config = replace(start.config, draft_vocab_size=ids.numel())
+            self.model = MTPDrafter(self.config, arch).float()
+            copy_trained_weights(self.model, start, options.init_from)
+        else:
+            vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
+            ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                                  fallback=_prompt_tokens(target, samples))
+            layer = None if options.init_layer is None else options.init_layer % arch.num_layers
+            self.config = MTPConfig(num_modules=options.num_modules, hidden_size=arch.hidden_size,
+                                    vocab_size=target.vocab_size, draft_vocab_size=vocab,
+                                    first_layer_index=arch.num_layers,
+                                    layer_type=FULL if layer is None else arch.layer_types[layer])
+            self.model = MTPDrafter(self.config, arch).float()
+            init_from_target(self.model, decoder, layer)
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
         self.model.set_draft_vocab(ids)
         self.target, self.options = target, options
         self.weights = step_weights(options.steps, options.step_weight_beta)
