@@ -112,6 +112,14 @@ def stages(name: str, report: dict) -> list[str]:
     return out
 
 
+def oov_note(val: dict) -> str:
+    if "step_accuracy_counting_oov" not in val:
+        return ""
+    counted = ", ".join(f"{a:.2f}" for a in val["step_accuracy_counting_oov"])
+    return (f" (the draft vocabulary covers {val['draft_vocab_coverage']:.1%} of the held-out responses; counting "
+            f"the rest as misses, the accuracy per step is {counted})")
+
+
 def shrunk_note(config: dict) -> str:
     shrunk = config.get("specdec", {}).get("vocab_shrunk")
     if not shrunk:
@@ -147,7 +155,8 @@ def card(directory: Path) -> str:
         *stages(name, report),
         f"Held-out accuracy per draft step: {acc} (estimated chain acceptance length "
         f"{val.get('estimated_chain_acceptance_length', '?')}). Positions whose next token is outside the draft "
-        "vocabulary are not scored, so a smaller vocabulary reads higher, and the held-out responses come from the "
+        "vocabulary are not scored, so a smaller vocabulary reads higher"
+        f"{oov_note(val)}, and the held-out responses come from the "
         "training mix (capped, often repetitive): the benchmark below is the figure to trust.",
         "",
         "## Measured (specdec bench, bfloat16, greedy, 128 new tokens, one run with every method)",

@@ -137,7 +137,23 @@ def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
         acc.add(m)
         loss += m.loss
     objective.model.train()
-    return {"loss": loss / max(len(samples), 1), "step_accuracy": acc.per_step(), "samples": len(samples)}
+    out = {"loss": loss / max(len(samples), 1), "step_accuracy": acc.per_step(), "samples": len(samples)}
+    coverage = response_coverage(objective, samples)
+    if coverage is not None:
+        # step_accuracy skips positions whose label is outside the draft vocabulary, so a smaller vocabulary
+        # reads higher; counting them as misses makes drafters with different vocabularies comparable
+        out["draft_vocab_coverage"] = round(coverage, 4)
+        out["step_accuracy_counting_oov"] = [round(a * coverage, 4) for a in out["step_accuracy"]]
+    return out
+
+
+def response_coverage(objective: Objective, samples: Sequence[Sample]) -> float | None:
+    """Share of the samples' response tokens inside the drafter's draft vocabulary (None: no such map)."""
+    index = getattr(objective, "t2d_index", None)
+    tokens = [t for s in samples for t in s.response_ids]
+    if index is None or not tokens:
+        return None
+    return float((index[torch.tensor(tokens, device=index.device)] >= 0).float().mean())
 
 
 def train(objective: Objective, samples: Sequence[Sample], output: Path, settings: TrainSettings,
