@@ -5,6 +5,8 @@
 // differently from its multi-row path. Here every output element is one dot product accumulated in
 // float32 in a fixed order (32-wide chunks along K, then a fixed horizontal sum), whatever the number of
 // rows or threads: a row's result never depends on how many rows share the call. Output is float32.
+// With several rows (verification) each weight block becomes compute-bound; software prefetches a few
+// blocks ahead keep the weights streaming meanwhile (they change no arithmetic, so no result).
 #include <torch/extension.h>
 #include <ATen/Parallel.h>
 #include <omp.h>
@@ -12,10 +14,15 @@
 
 namespace {
 
+#ifndef PREFETCH_BLOCKS
+#define PREFETCH_BLOCKS 4
+#endif
+
 // R rows of x against C consecutive rows of w: R * C independent float32 accumulator chains (so the
 // dot-product latency is hidden), each summing its 32-wide chunks in k order, then a fixed horizontal sum.
-template <int R, int C>
-inline void dot_block(const uint16_t* w, const uint16_t* x, int64_t k_size, float* y, int64_t n_size) {
+template <int R, int C, bool PREFETCH = false>
+inline void dot_block(const uint16_t* w, const uint16_t* x, int64_t k_size, float* y, int64_t n_size,
+                      int64_t ahead = 0) {
   __m512 acc[R][C];
   for (int r = 0; r < R; ++r)
     for (int c = 0; c < C; ++c) acc[r][c] = _mm512_setzero_ps();
@@ -23,6 +30,8 @@ inline void dot_block(const uint16_t* w, const uint16_t* x, int64_t k_size, floa
   for (; k + 32 <= k_size; k += 32) {
     __m512bh wv[C];
     for (int c = 0; c < C; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + c * k_size + k);
+    if (PREFETCH)
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(w + ahead + c * k_size + k), _MM_HINT_T0);
     for (int r = 0; r < R; ++r) {
       const __m512bh xv = (__m512bh)_mm512_loadu_si512(x + r * k_size + k);
       for (int c = 0; c < C; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
@@ -54,6 +63,19 @@ inline void rows_block(const uint16_t* w, const uint16_t* x, int64_t m_size, int
   }
 }
 
+// Several rows: the first row block also prefetches the weights `ahead` elements on (a later column block).
+template <int C>
+inline void rows_block_prefetch(const uint16_t* w, const uint16_t* x, int64_t m_size, int64_t k_size, float* y,
+                                int64_t n_size, int64_t ahead) {
+  int64_t m;
+  switch (m_size >= 4 ? 4 : m_size) {
+    case 4: dot_block<4, C, true>(w, x, k_size, y, n_size, ahead); m = 4; break;
+    case 3: dot_block<3, C, true>(w, x, k_size, y, n_size, ahead); m = 3; break;
+    default: dot_block<2, C, true>(w, x, k_size, y, n_size, ahead); m = 2; break;
+  }
+  rows_block<C>(w, x + m * k_size, m_size - m, k_size, y + m * n_size, n_size);
+}
+
 }  // namespace
 
 torch::Tensor rows_linear(torch::Tensor x, torch::Tensor w) {
@@ -68,9 +90,20 @@ torch::Tensor rows_linear(torch::Tensor x, torch::Tensor w) {
   float* yp = y.data_ptr<float>();
   constexpr int64_t C = 4;
   const int64_t blocks = n_size / C;
+  if (m_size == 1) {  // bound by reading the weights: the hardware prefetcher keeps up
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
-  for (int64_t b = 0; b < blocks; ++b) {
-    rows_block<C>(wp + b * C * k_size, xp, m_size, k_size, yp + b * C, n_size);
+    for (int64_t b = 0; b < blocks; ++b) rows_block<C>(wp + b * C * k_size, xp, m_size, k_size, yp + b * C, n_size);
+  } else {
+    // Several rows make each weight block compute-bound, and the hardware prefetcher alone then lets the
+    // memory idle meanwhile: prefetch PREFETCH_BLOCKS blocks ahead so streaming and arithmetic overlap.
+    constexpr int64_t ahead = PREFETCH_BLOCKS * C;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+    for (int64_t b = 0; b < blocks; ++b) {
+      if (b + PREFETCH_BLOCKS < blocks)
+        rows_block_prefetch<C>(wp + b * C * k_size, xp, m_size, k_size, yp + b * C, n_size, ahead * k_size);
+      else
+        rows_block<C>(wp + b * C * k_size, xp, m_size, k_size, yp + b * C, n_size);
+    }
   }
   for (int64_t n = blocks * C; n < n_size; ++n) rows_block<1>(wp + n * k_size, xp, m_size, k_size, yp + n, n_size);
   return y;
