@@ -77,3 +77,12 @@ def test_train_command_fine_tunes_from_a_drafter(zoo, tmp_path, capsys, method):
     changed = [n for n, t in start.state_dict().items()
                if n not in ("d2t", "t2d") and not torch.equal(tuned.state_dict()[n], t)]
     assert changed  # two optimizer steps moved the start's weights
+
+
+@pytest.mark.parametrize("method,shape", [("mtp", {"num_modules": 2}), ("medusa", {"num_heads": 5})])
+def test_init_from_refuses_a_different_shape(zoo, tmp_path, method, shape):
+    make, _, objective, options = METHODS[method]
+    target = zoo.load("bigram")
+    start_dir = make(target, tmp_path / "start", draft_vocab_size=100, seed=3)
+    with pytest.raises(ValueError, match="fixes the drafter's shape"):
+        objective(target, greedy_samples(target, 2), options(init_from=start_dir, **shape), None, 0)

@@ -244,17 +244,18 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
 
     medusa = methods.add_parser("medusa", help="Medusa heads on the target's final hidden state")
     _training_args(medusa, lr=1e-3)
-    medusa.add_argument("--num-heads", type=int, default=4)
-    medusa.add_argument("--num-layers", type=int, default=1, help="ResBlocks per head")
+    medusa.add_argument("--num-heads", type=int, default=None, help="default 4")
+    medusa.add_argument("--num-layers", type=int, default=None, help="ResBlocks per head (default 1)")
     medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.add_argument("--init-from", default=None,
-                        help="start from these Medusa heads (their shape wins over --num-heads/--num-layers)")
+                        help="start from these Medusa heads (their shape, weights and vocabulary)")
     medusa.set_defaults(func=cmd_train_medusa)
 
     mtp = methods.add_parser("mtp", help="external MTP drafter (DeepSeek-V3 style modules)")
     _training_args(mtp, lr=5e-4)
-    mtp.add_argument("--num-modules", type=int, default=1, help="stacked modules; deeper steps reuse the last")
+    mtp.add_argument("--num-modules", type=int, default=None,
+                     help="stacked modules; deeper steps reuse the last (default 1)")
     mtp.add_argument("--steps", type=int, default=3, help="draft depths trained")
     mtp.add_argument("--step-weight-beta", type=float, default=0.6, help="depth k weighted beta**(k-1), normalised")
     mtp.add_argument("--init-layer", type=int, default=-1, help="target layer the blocks start from (-1: last)")
@@ -262,7 +263,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
     mtp.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     mtp.add_argument("--init-from", default=None,
-                     help="start from this MTP drafter (its modules win over --num-modules/--init-layer)")
+                     help="start from this MTP drafter (its modules, weights and vocabulary; --init-layer does not apply)")
     mtp.set_defaults(func=cmd_train_mtp)
 
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")

@@ -19,14 +19,14 @@ from specdec.training.medusa_objective import MedusaMetrics, medusa_loss
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
 from specdec.training.trainer import TrainSettings, train
-from specdec.training.warm_start import copy_trained_weights, start_vocabulary
+from specdec.training.warm_start import check_shape, copy_trained_weights, start_vocabulary
 
 
 @dataclass
 class MedusaTrainOptions:
     draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
-    num_heads: int = 4
-    num_layers: int = 1  # ResBlocks per head
+    num_heads: int | None = None  # default 4, or with init_from the start's
+    num_layers: int | None = None  # ResBlocks per head: default 1, or with init_from the start's
     loss_decay: float = 0.8  # head k weighted decay**k
     # layers cached with the final hidden state (which is all Medusa reads): EAGLE-3's by default, so one
     # feature cache serves both trainings
@@ -45,6 +45,9 @@ class MedusaObjective:
         torch.manual_seed(0)
         if options.init_from is not None:
             start, _ = load_medusa(options.init_from, target)
+            check_shape({"num_heads": options.num_heads, "num_layers": options.num_layers},
+                        {"num_heads": start.config.num_heads, "num_layers": start.config.num_layers},
+                        options.init_from)
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
             self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel()))
@@ -53,8 +56,8 @@ class MedusaObjective:
             vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
             ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
                                   fallback=_prompt_tokens(target, samples))
-            config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads,
-                                  num_layers=options.num_layers, vocab_size=target.vocab_size,
+            config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads or 4,
+                                  num_layers=options.num_layers or 1, vocab_size=target.vocab_size,
                                   draft_vocab_size=vocab, logit_softcap=decoder.arch.final_logit_softcap)
             self.model = MedusaHeads(config)
         self.vocab_coverage = coverage((s.response_ids for s in samples), ids)

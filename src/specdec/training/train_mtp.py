@@ -19,13 +19,14 @@ from specdec.training.mtp_objective import mtp_loss, step_weights
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
 from specdec.training.trainer import TrainSettings, train
-from specdec.training.warm_start import copy_trained_weights, start_vocabulary
+from specdec.training.warm_start import check_shape, copy_trained_weights, start_vocabulary
 
 
 @dataclass
 class MTPTrainOptions:
     draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
-    num_modules: int = 1  # depth k trains module min(k, num_modules): one module can serve every step
+    # depth k trains module min(k, num_modules): one module can serve every step; default 1, or the start's
+    num_modules: int | None = None
     steps: int = 3  # depths trained
     step_weight_beta: float = 0.6  # depth k weighted beta**(k - 1), normalised
     init_layer: int | None = -1  # target layer the blocks start from (-1: the last); None: random
@@ -47,6 +48,8 @@ class MTPObjective:
         torch.manual_seed(0)
         if options.init_from is not None:
             start, _ = load_mtp(options.init_from, target)
+            check_shape({"num_modules": options.num_modules}, {"num_modules": start.config.num_modules},
+                        options.init_from)
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
             self.config = replace(start.config, draft_vocab_size=ids.numel())
@@ -57,7 +60,7 @@ class MTPObjective:
             ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
                                   fallback=_prompt_tokens(target, samples))
             layer = None if options.init_layer is None else options.init_layer % arch.num_layers
-            self.config = MTPConfig(num_modules=options.num_modules, hidden_size=arch.hidden_size,
+            self.config = MTPConfig(num_modules=options.num_modules or 1, hidden_size=arch.hidden_size,
                                     vocab_size=target.vocab_size, draft_vocab_size=vocab,
                                     first_layer_index=arch.num_layers,
                                     layer_type=FULL if layer is None else arch.layer_types[layer])

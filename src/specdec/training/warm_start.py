@@ -41,3 +41,11 @@ def copy_trained_weights(model: nn.Module, start: nn.Module, source: Path) -> No
     if missing or unexpected:
         raise ValueError(f"the drafter in {source} does not match the model being trained "
                          f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
+
+
+def check_shape(asked: dict[str, int | None], start: dict[str, int], source: Path) -> None:
+    """Refuses shape options (None: not given) that contradict the drafter being fine-tuned."""
+    clashes = [f"{name} {value} (it has {start[name]})" for name, value in asked.items()
+               if value is not None and value != start[name]]
+    if clashes:
+        raise ValueError(f"--init-from {source} fixes the drafter's shape; asked for " + ", ".join(clashes))
