@@ -19,19 +19,18 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run6 "
-              "--init-from drafters/gemma-3-270m-eagle3 --draft-vocab-size 8192 --prompt-samples 4000 --max-steps 600 "
-              "--tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
-              "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data` (stopped after step 410), then "
-              "the same with `--resume --max-steps 1000",
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run7 "
+              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 "
+              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
+              "--cache-budget-gb 16 --follow-data",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run2 --prompt-samples 4000 "
               "--max-steps 300 --tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 --num-heads 4 --num-layers 1 "
               "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
               "--draft-vocab-size 32768",
-    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
-           "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
-           "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
-           "--draft-vocab-size 32768",
+    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run3 --init-from "
+           "drafters/gemma-3-270m-mtp --prompt-samples 4000 --max-steps 1200 --tokens-per-step 2048 --lr 3e-4 "
+           "--warmup-steps 10 --steps 3 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
+           "--cache-budget-gb 12 --follow-data",
     "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
                   "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
                   "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
@@ -66,7 +65,26 @@ EARLIER = {
                 "data": {"generated_samples": 1968, "prompt_only_samples": 4000, "held_out_samples": 40,
                          "response_tokens": 497257, "prompt_tokens": 527799,
                          "generated_kinds": {"chat": 659, "code": 435, "qa": 225, "math": 217, "translation": 215,
-                                             "summarization": 172, "rag": 45}}}],
+                                             "summarization": 172, "rag": 45}}},
+               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run6 "
+                           "--init-from drafters/gemma-3-270m-eagle3 --draft-vocab-size 8192 --prompt-samples 4000 "
+                           "--max-steps 600 --tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 "
+                           "--threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 --follow-data` "
+                           "(stopped after step 410), then the same with `--resume --max-steps 1000",
+                "steps": 1000, "tokens_seen": 2233191, "minutes": 89.4,
+                "data": {"generated_samples": 3282, "prompt_only_samples": 4000, "held_out_samples": 40,
+                         "response_tokens": 829688, "prompt_tokens": 664505,
+                         "generated_kinds": {"chat": 1138, "code": 758, "qa": 388, "math": 375,
+                                             "summarization": 292, "translation": 257, "rag": 74}}}],
+    "mtp": [{"command": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
+                        "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
+                        "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
+                        "--draft-vocab-size 32768` (then `specdec drafter shrink-vocab --draft-vocab-size 8192`)",
+             "steps": 300, "tokens_seen": 664910, "minutes": 39.7,
+             "data": {"generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29,
+                      "response_tokens": 271617, "prompt_tokens": 443176,
+                      "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118, "translation": 115,
+                                          "summarization": 95, "rag": 27}}}],
 }
 
 
