@@ -50,3 +50,14 @@ def test_kernel_agrees_with_float_reference():
 def test_prefill_sized_calls_use_f_linear(no_kernel):
     x, w, b = _case(64, 32, rows=fast_linear.MAX_KERNEL_ROWS + 1)
     assert torch.equal(fast_linear.linear(x, w, b), F.linear(x, w, b))
+
+
+@pytest.mark.parametrize("with_kernel", [True, False])
+def test_no_rows_give_an_empty_result(with_kernel, monkeypatch):
+    if not with_kernel:
+        monkeypatch.setattr(fast_linear, "kernel", lambda: None)
+    elif fast_linear.kernel() is None:
+        pytest.skip("this CPU has no AVX512-BF16 kernel; the fallback case covers it")
+    x, w, b = _case(640, 1030, rows=0)
+    for fn in (fast_linear.linear, fast_linear.linear_float):
+        assert fn(x, w, b).shape == (0, 1030)

@@ -90,7 +90,7 @@ torch::Tensor rows_linear(torch::Tensor x, torch::Tensor w) {
   float* yp = y.data_ptr<float>();
   constexpr int64_t C = 4;
   const int64_t blocks = n_size / C;
-  if (m_size == 1) {  // bound by reading the weights: the hardware prefetcher keeps up
+  if (m_size <= 1) {  // bound by reading the weights: the hardware prefetcher keeps up (0 rows: nothing)
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
     for (int64_t b = 0; b < blocks; ++b) rows_block<C>(wp + b * C * k_size, xp, m_size, k_size, yp + b * C, n_size);
   } else {
