@@ -193,8 +193,8 @@ def card(directory: Path) -> str:
         *bench_rows(name, directory.name),
         "",
         "This drafter is undertrained (a CPU budget of hours, not GPU-days): lossless, but far from the "
-        "acceptance a well-trained drafter reaches, and on this CPU at best a little faster than plain decoding "
-        "(with `confidence_threshold`). Retrain with more data and steps (`--resume` continues a run).",
+        "acceptance a well-trained drafter reaches; the table above gives its speed on this CPU. Retrain with more "
+        "data and steps (`--resume` continues a run; `--init-from` fine-tunes this drafter).",
     ]
     return "\n".join(lines) + "\n"
 
