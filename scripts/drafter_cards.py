@@ -14,6 +14,12 @@ LEGACY_DATA = {  # the first 497 lines of samples.jsonl, split as the trainer sp
     "prompt_tokens": 56378, "generated_kinds": {"chat": 163, "code": 108, "translation": 54, "math": 53, "qa": 53,
                                                 "summarization": 41, "rag": 13},
 }
+# The data of the runs on the first 1076 generated samples (plus prompt-only ones), as their reports gave it
+DATA_1076_SAMPLES = {
+    "generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29, "response_tokens": 271617,
+    "prompt_tokens": 443176, "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118,
+                                                 "translation": 115, "summarization": 95, "rag": 27},
+}
 GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
               "lossless generation, 1 thread) ran at ~43-106 tokens/s on this 2-core CPU shared with other jobs "
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
@@ -53,10 +59,7 @@ EARLIER = {
                            "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data` (450 steps), then "
                            "the same with `--resume --max-steps 600",
                 "steps": 600, "tokens_seen": 1330027, "minutes": 92.0,
-                "data": {"generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29,
-                         "response_tokens": 271617, "prompt_tokens": 443176,
-                         "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118, "translation": 115,
-                                             "summarization": 95, "rag": 27}}},
+                "data": DATA_1076_SAMPLES},
                {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run5 "
                            "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 650 "
                            "--tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
@@ -82,19 +85,13 @@ EARLIER = {
                            "data/feature-cache --cache-budget-gb 12 --draft-vocab-size 32768` (then `specdec drafter "
                            "shrink-vocab --draft-vocab-size 8192`)",
                 "steps": 300, "tokens_seen": 664910, "minutes": 32.3,
-                "data": {"generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29,
-                         "response_tokens": 271617, "prompt_tokens": 443176,
-                         "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118, "translation": 115,
-                                             "summarization": 95, "rag": 27}}}],
+                "data": DATA_1076_SAMPLES}],
     "mtp": [{"command": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
                         "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
                         "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
                         "--draft-vocab-size 32768` (then `specdec drafter shrink-vocab --draft-vocab-size 8192`)",
              "steps": 300, "tokens_seen": 664910, "minutes": 39.7,
-             "data": {"generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29,
-                      "response_tokens": 271617, "prompt_tokens": 443176,
-                      "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118, "translation": 115,
-                                          "summarization": 95, "rag": 27}}}],
+             "data": DATA_1076_SAMPLES}],
 }
 
 
