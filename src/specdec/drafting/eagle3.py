@@ -18,6 +18,7 @@ import torch
 
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
+from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.eagle3_model import DraftKVCache
@@ -52,6 +53,9 @@ class Eagle3Options:
     # chains: stop after a token drafted with less probability (confidence.py); trees: stop growing once
     # no frontier path is that likely
     confidence_threshold: float = 0.0
+    # also let the drafter propose every token of the request's context (prompt and output so far) that is
+    # outside its draft vocabulary, through the target's LM head rows (context_vocab.py)
+    context_vocab: bool = True
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
@@ -78,6 +82,10 @@ class Eagle3Proposer(Proposer):
         self.drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
         self.target_layers = tuple(drafter.config.aux_layer_ids)
         self.cache: DraftKVCache | None = None
+        full_vocab = bool(self.drafter.t2d.all())
+        self.vocab = (ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight())
+                      if options.context_vocab and not full_vocab else None)
+        self.seen = 0  # tokens of the request already added to self.vocab
         self.pending: torch.Tensor | None = None  # fused-input features of committed positions not yet ingested
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
@@ -97,6 +105,19 @@ class Eagle3Proposer(Proposer):
                                   self.target.device)
         self.pending = self._features(prefill, range(len(prompt)))
         self.sampling, self.generator = sampling, generator
+        if self.vocab is not None:
+            self.vocab.reset()
+            self.vocab.add(prompt)
+            self.seen = len(prompt)
+
+    def _logits(self, h: torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, vocab] over the draft vocabulary (and the context's tokens) of outputs h."""
+        if self.vocab is None:
+            return self.drafter.draft_logits(h)
+        return self.vocab.logits(self.drafter.norm(h))
+
+    def _to_target(self, local_ids: torch.Tensor) -> torch.Tensor:
+        return self.drafter.draft_to_target(local_ids) if self.vocab is None else self.vocab.to_target(local_ids)
 
     def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
@@ -122,9 +143,9 @@ class Eagle3Proposer(Proposer):
         """Next chain token (target id) from draft-vocab logits [Vd]; q over the target vocab when sampling."""
         s = self.sampling
         if s is None or s.greedy:
-            return int(self.drafter.draft_to_target(logits.argmax())), None
+            return int(self._to_target(logits.argmax())), None
         full = logits.new_full((self.vocab_size,), float("-inf"))
-        full[self.drafter.draft_to_target(torch.arange(logits.numel(), device=logits.device))] = logits
+        full[self._to_target(torch.arange(logits.numel(), device=logits.device))] = logits
         q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
         return sample(q, self.generator), q
 
@@ -132,11 +153,14 @@ class Eagle3Proposer(Proposer):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.cache is not None
         h = self._ingest(tokens)
+        if self.vocab is not None:
+            self.vocab.add(tokens[self.seen :])
+            self.seen = len(tokens)
         context = self.cache.length
         depth = min(self.options.num_speculative_tokens, max_tokens)
         if depth <= 0:
             return Draft(tokens=[])
-        logits = self.drafter.draft_logits(h)[0]
+        logits = self._logits(h)[0]
         try:
             if self.is_tree:
                 return self._tree(h, logits, context, depth)
@@ -158,7 +182,7 @@ class Eagle3Proposer(Proposer):
             visible = torch.ones(1, self.cache.length + 1, dtype=torch.bool, device=dev)
             h = self.drafter.step(h, torch.tensor([token], device=dev), torch.tensor([context + i], device=dev),
                                   self.cache, visible)
-            logits = self.drafter.draft_logits(h)[0]
+            logits = self._logits(h)[0]
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 
     def _tree(self, h_root: torch.Tensor, logits: torch.Tensor, context: int, depth: int) -> Draft:
@@ -179,19 +203,19 @@ class Eagle3Proposer(Proposer):
                     visible[row, slot[p]] = True
                     p = nodes[p].parent
             h_in = torch.cat([hidden[nodes[i].parent] if nodes[i].parent != -1 else h_root for i in frontier])
-            toks = self.drafter.draft_to_target(torch.tensor([nodes[i].token for i in frontier], device=dev))
+            toks = self._to_target(torch.tensor([nodes[i].token for i in frontier], device=dev))
             positions = torch.tensor([context + nodes[i].depth - 1 for i in frontier], device=dev)
             out = self.drafter.step(h_in, toks, positions, self.cache, visible)
             for row, i in enumerate(frontier):
                 slot[i] = start + row
                 hidden[i] = out[row : row + 1]
-            return torch.log_softmax(self.drafter.draft_logits(out), dim=-1).cpu()
+            return torch.log_softmax(self._logits(out), dim=-1).cpu()
 
         root = torch.log_softmax(logits, dim=-1).cpu()
         threshold = self.options.confidence_threshold
         min_score = math.log(threshold) if threshold > 0 else float("-inf")
         nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens, min_score)
-        ids = self.drafter.draft_to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
+        ids = self._to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,

@@ -1,0 +1,73 @@
+"""A drafter's draft vocabulary, extended per request with the tokens of its context.
+
+A reduced draft vocabulary (8k of Gemma's 262k tokens) cannot propose the rare tokens a response copies
+from its prompt: names in a summary, words of a translation, identifiers in code. They are up to a fifth of
+the response tokens on such prompts. Drafters whose LM head is the target's (EAGLE-3, DFlash) can score
+any target token, since the row is the target's: this class adds the rows of every token seen in the
+request (prompt and output so far) to the static draft vocabulary. Drafting stays lossless whatever the
+drafter proposes; this only changes which tokens it can propose.
+
+Local ids: 0..V_static-1 are the drafter's own draft ids; V_static.. are the context tokens outside it,
+in the order they were first seen.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import torch
+
+from specdec.models.fast_linear import linear_float
+
+
+class ContextVocab:
+    def __init__(self, static_ids: torch.Tensor, static_rows: torch.Tensor, head_weight: torch.Tensor) -> None:
+        """static_ids [Vs] target ids of the draft vocabulary, static_rows [Vs, H] their LM head rows,
+        head_weight [V, H] the target's whole LM head (read, never copied whole)."""
+        self.static_ids = static_ids
+        self.static_rows = static_rows
+        self.head_weight = head_weight.detach()
+        self._static_set = frozenset(static_ids.tolist())
+        self.reset()
+
+    def reset(self) -> None:
+        """Back to the static vocabulary (a new request)."""
+        self._known: set[int] = set()  # context tokens added so far
+        self._extra: list[int] = []
+        self._all_ids = self.static_ids
+        self._extra_rows = self.static_rows.new_zeros((0, self.static_rows.shape[1]))
+
+    def __len__(self) -> int:
+        return self.static_ids.numel() + len(self._extra)
+
+    @property
+    def num_context_tokens(self) -> int:
+        return len(self._extra)
+
+    def add(self, tokens: Iterable[int]) -> None:
+        """Makes these target ids proposable (those already in the vocabulary are skipped)."""
+        new = []
+        for t in tokens:
+            t = int(t)
+            if t not in self._known and t not in self._static_set and 0 <= t < self.head_weight.shape[0]:
+                self._known.add(t)
+                new.append(t)
+        if not new:
+            return
+        self._extra.extend(new)
+        ids = torch.tensor(new, dtype=torch.long, device=self.static_ids.device)
+        self._all_ids = torch.cat([self._all_ids, ids])
+        rows = self.head_weight[ids.to(self.head_weight.device)].to(self.static_rows.dtype)
+        self._extra_rows = torch.cat([self._extra_rows, rows]).contiguous()
+
+    def logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, len(self)] of final-normed drafter states [n, H]."""
+        x = normed.to(self.static_rows.dtype)
+        static = linear_float(x, self.static_rows)
+        if not self._extra:
+            return static
+        return torch.cat([static, linear_float(x, self._extra_rows)], dim=-1)
+
+    def to_target(self, local_ids: torch.Tensor) -> torch.Tensor:
+        """Target ids of local ids (any shape)."""
+        return self._all_ids[local_ids]
