@@ -10,7 +10,19 @@ from specdec.drafting.context_vocab import ContextVocab
 from specdec.training.shrink_vocab import shrink_drafter_vocab
 
 from eagle3_helpers import greedy_samples, make_random_eagle3
+from medusa_helpers import make_random_medusa
+from mtp_helpers import make_random_mtp
+from test_dflash import make_random_dflash
 from test_eagle3 import trained_bigram_drafter  # noqa: F401 (fixture)
+
+# method -> (drafter builder with a 20-token static vocabulary, extra speculative_config keys)
+DRAFTERS = {
+    "eagle3": (make_random_eagle3, {"num_speculative_tokens": 3}),
+    "eagle3-tree": (make_random_eagle3, {"num_speculative_tokens": 4, "tree_top_k": 3, "tree_num_draft_tokens": 10}),
+    "dflash": (make_random_dflash, {"num_speculative_tokens": 5}),
+    "medusa": (make_random_medusa, {"tree_num_draft_tokens": 10}),
+    "mtp": (make_random_mtp, {"num_speculative_tokens": 3}),
+}
 
 
 def test_added_tokens_get_the_target_head_rows():
@@ -31,19 +43,18 @@ def test_added_tokens_get_the_target_head_rows():
     assert vocab.logits(x).shape == (4, 3)
 
 
-@pytest.mark.parametrize("tree", [None, dict(tree_top_k=3, tree_num_draft_tokens=10, num_speculative_tokens=4)])
+@pytest.mark.parametrize("method", list(DRAFTERS))
 @pytest.mark.parametrize("context_vocab", [False, True])
-def test_greedy_equals_plain_decoding_with_and_without_context_tokens(zoo, tmp_path, context_vocab, tree):
+def test_greedy_equals_plain_decoding_with_and_without_context_tokens(zoo, tmp_path, context_vocab, method):
     target = zoo.load("gemma3_text")
-    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=20)
-    config = {"method": "eagle3", "model": path, "num_speculative_tokens": 3, "context_vocab": context_vocab,
-              **(tree or {})}
+    build, extra = DRAFTERS[method]
+    path = build(target, tmp_path / "d", draft_vocab_size=20)
+    config = {"method": method.split("-")[0], "model": path, "context_vocab": context_vocab, **extra}
     plain, spec = LLM(loaded=target), LLM(loaded=target, speculative_config=config)
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
     for prompt in ["The quick brown fox", "def fibonacci(n):"]:
         assert spec.generate(prompt, params)[0].outputs[0].token_ids == plain.generate(prompt, params)[0].outputs[0].token_ids
-    extra = spec.proposer.vocab.num_context_tokens if context_vocab else 0
-    assert (spec.proposer.vocab is not None) == context_vocab and (extra > 0) == context_vocab
+    assert (spec.proposer.vocab.num_context_tokens > 0) == context_vocab
 
 
 def test_context_tokens_bring_back_acceptance_of_a_too_small_vocab(zoo, trained_bigram_drafter, tmp_path):  # noqa: F811

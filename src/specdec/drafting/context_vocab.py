@@ -13,7 +13,7 @@ in the order they were first seen.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 import torch
 
@@ -21,17 +21,33 @@ from specdec.models.fast_linear import linear_float
 
 
 class ContextVocab:
-    def __init__(self, static_ids: torch.Tensor, static_rows: torch.Tensor, head_weight: torch.Tensor) -> None:
+    def __init__(self, static_ids: torch.Tensor, static_rows: torch.Tensor, head_weight: torch.Tensor,
+                 softcap: float | None = None, enabled: bool = True) -> None:
         """static_ids [Vs] target ids of the draft vocabulary, static_rows [Vs, H] their LM head rows,
-        head_weight [V, H] the target's whole LM head (read, never copied whole)."""
+        head_weight [V, H] the target's whole LM head (read, never copied whole), softcap the target's final
+        logit soft-cap if it has one. Disabled, it is the static vocabulary only."""
         self.static_ids = static_ids
         self.static_rows = static_rows
         self.head_weight = head_weight.detach()
+        self.softcap = softcap
+        self.enabled = enabled
         self._static_set = frozenset(static_ids.tolist())
         self.reset()
 
+    def start(self, prompt: Sequence[int]) -> None:
+        """A new request: the prompt's tokens join the static vocabulary."""
+        self.reset()
+        self.follow(prompt)
+
+    def follow(self, tokens: Sequence[int]) -> None:
+        """The request's tokens so far (a prefix of them was seen before): the new ones join."""
+        if self.enabled:
+            self.add(tokens[self.seen :])
+        self.seen = len(tokens)
+
     def reset(self) -> None:
-        """Back to the static vocabulary (a new request)."""
+        """Back to the static vocabulary."""
+        self.seen = 0  # tokens of the request already followed
         self._known: set[int] = set()  # context tokens added so far
         self._extra: list[int] = []
         self._all_ids = self.static_ids
@@ -63,10 +79,12 @@ class ContextVocab:
     def logits(self, normed: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, len(self)] of final-normed drafter states [n, H]."""
         x = normed.to(self.static_rows.dtype)
-        static = linear_float(x, self.static_rows)
-        if not self._extra:
-            return static
-        return torch.cat([static, linear_float(x, self._extra_rows)], dim=-1)
+        logits = linear_float(x, self.static_rows)
+        if self._extra:
+            logits = torch.cat([logits, linear_float(x, self._extra_rows)], dim=-1)
+        if self.softcap:
+            logits = torch.tanh(logits / self.softcap) * self.softcap
+        return logits
 
     def to_target(self, local_ids: torch.Tensor) -> torch.Tensor:
         """Target ids of local ids (any shape)."""

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
 from specdec.drafting.dynamic_tree import grow_tree
@@ -39,6 +40,8 @@ class DFlashOptions:
     num_speculative_tokens: int = 15
     tree_top_k: int = 1  # > 1: verify a tree of each slot's top candidates (the tree's depth is the above)
     tree_num_draft_tokens: int = 24  # tree nodes kept after reranking
+    # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
+    context_vocab: bool = True
 
     def problems(self) -> list[str]:
         out = []
@@ -64,6 +67,8 @@ class DFlashProposer(Proposer):
         self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
         self.drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
         self.target_layers = drafter.config.runtime_layers
+        self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),
+                                  enabled=options.context_vocab)
         self.k = min(options.num_speculative_tokens, drafter.config.block_size - 1)
         self.cache: ContextCache | None = None
         self.pending: torch.Tensor | None = None  # target features of committed positions not yet in the cache
@@ -78,6 +83,7 @@ class DFlashProposer(Proposer):
             raise ValueError("dflash needs the target's prefill forward")
         self.cache = ContextCache(self.drafter.config, capacity, self.target.dtype, self.target.device)
         self.pending = self._features(prefill, range(len(prompt)))
+        self.vocab.start(prompt)
 
     def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
@@ -99,6 +105,7 @@ class DFlashProposer(Proposer):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.cache is not None
         self._ingest(tokens)
+        self.vocab.follow(tokens)
         k = min(self.k, max_tokens)
         if k <= 0:
             return Draft(tokens=[])
@@ -107,10 +114,10 @@ class DFlashProposer(Proposer):
         block = self.drafter.block_tokens(torch.tensor([tokens[-1]], device=dev))
         positions = torch.arange(len(tokens) - 1, len(tokens) - 1 + b, device=dev)[None]
         h = self.drafter.blocks(block, positions, self.cache.views(), None)[0]
-        logits = self.drafter.draft_logits(h[1 : 1 + k])  # [k, draft_vocab]
+        logits = self.vocab.logits(self.drafter.norm(h[1 : 1 + k]))  # [k, vocab]
         if self.options.tree_top_k > 1:
             return self._tree(logits)
-        drafted = self.drafter.draft_to_target(logits.argmax(-1))
+        drafted = self.vocab.to_target(logits.argmax(-1))
         return Draft(tokens=[int(t) for t in drafted.tolist()])
 
     def _tree(self, logits: torch.Tensor) -> Draft:
@@ -122,7 +129,7 @@ class DFlashProposer(Proposer):
 
         o = self.options
         nodes = grow_tree(logprobs[0], expand, o.tree_top_k, logits.shape[0], o.tree_num_draft_tokens)
-        ids = self.drafter.draft_to_target(torch.tensor([n.token for n in nodes], device=logits.device))
+        ids = self.vocab.to_target(torch.tensor([n.token for n in nodes], device=logits.device))
         return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,

@@ -82,10 +82,8 @@ class Eagle3Proposer(Proposer):
         self.drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
         self.target_layers = tuple(drafter.config.aux_layer_ids)
         self.cache: DraftKVCache | None = None
-        full_vocab = bool(self.drafter.t2d.all())
-        self.vocab = (ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight())
-                      if options.context_vocab and not full_vocab else None)
-        self.seen = 0  # tokens of the request already added to self.vocab
+        self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),
+                                  enabled=options.context_vocab)
         self.pending: torch.Tensor | None = None  # fused-input features of committed positions not yet ingested
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
@@ -105,19 +103,14 @@ class Eagle3Proposer(Proposer):
                                   self.target.device)
         self.pending = self._features(prefill, range(len(prompt)))
         self.sampling, self.generator = sampling, generator
-        if self.vocab is not None:
-            self.vocab.reset()
-            self.vocab.add(prompt)
-            self.seen = len(prompt)
+        self.vocab.start(prompt)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] over the draft vocabulary (and the context's tokens) of outputs h."""
-        if self.vocab is None:
-            return self.drafter.draft_logits(h)
         return self.vocab.logits(self.drafter.norm(h))
 
     def _to_target(self, local_ids: torch.Tensor) -> torch.Tensor:
-        return self.drafter.draft_to_target(local_ids) if self.vocab is None else self.vocab.to_target(local_ids)
+        return self.vocab.to_target(local_ids)
 
     def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
@@ -153,9 +146,7 @@ class Eagle3Proposer(Proposer):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.cache is not None
         h = self._ingest(tokens)
-        if self.vocab is not None:
-            self.vocab.add(tokens[self.seen :])
-            self.seen = len(tokens)
+        self.vocab.follow(tokens)
         context = self.cache.length
         depth = min(self.options.num_speculative_tokens, max_tokens)
         if depth <= 0:

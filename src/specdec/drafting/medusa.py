@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.medusa_model import (
@@ -40,6 +41,8 @@ class MedusaOptions:
     num_speculative_tokens: int = 4  # deepest tree level used (at most the drafter's number of heads)
     medusa_choices: list | None = None  # explicit tree: paths of per-head ranks, e.g. [[0], [1], [0, 0]]
     tree_num_draft_tokens: int = 24  # nodes of the default tree (built from the heads' measured accuracy)
+    # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
+    context_vocab: bool = True
 
     def problems(self) -> list[str]:
         out = []
@@ -67,6 +70,8 @@ class MedusaProposer(Proposer):
         self.heads = heads.to(device=target.device, dtype=target.dtype).eval()
         self.heads.attach_target(target.decoder.head_weight())
         c = heads.config
+        self.vocab = ContextVocab(self.heads.draft_ids(), self.heads._head, target.decoder.head_weight(),
+                                  softcap=c.logit_softcap, enabled=options.context_vocab)
         depth = min(options.num_speculative_tokens, c.num_heads)
         if options.medusa_choices is not None:
             problems = choice_problems(options.medusa_choices, c.num_heads)
@@ -95,6 +100,7 @@ class MedusaProposer(Proposer):
         if prefill is None or prefill.final_hidden is None:
             raise ValueError("medusa needs the target's prefill forward")
         self.hidden = prefill.final_hidden[-1:]
+        self.vocab.start(prompt)
 
     @torch.inference_mode()
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
@@ -102,10 +108,12 @@ class MedusaProposer(Proposer):
         count = self.count_within[min(max_tokens, self.depth)]
         if count == 0:
             return Draft(tokens=[])
-        logits = self.heads.all_logits(self.hidden)[:, 0]  # [heads, draft_vocab]
+        self.vocab.follow(tokens)
+        states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
+        logits = self.vocab.logits(states)  # [heads, vocab]
         top = logits.topk(self.top, dim=-1).indices
         draft_ids = top[self.head_of[:count], self.rank_of[:count]]
-        ids = self.heads.draft_to_target(draft_ids).tolist()
+        ids = self.vocab.to_target(draft_ids).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=self.parents[:count])
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,

@@ -18,6 +18,7 @@ import torch
 
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
+from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
@@ -39,9 +40,10 @@ class MTPState:
     """One request's MTP state: target final hidden states of committed positions, and per depth its
     KV cache and its final outputs (the next depth's inputs)."""
 
-    def __init__(self, drafter: MTPDrafter, depths: int, capacity: int) -> None:
+    def __init__(self, drafter: MTPDrafter, depths: int, capacity: int, vocab: ContextVocab | None = None) -> None:
+        """vocab: the request's draft vocabulary with its context tokens; None = the drafter's own."""
         a, dev, dtype = drafter.arch, drafter.d2t.device, drafter.target.dtype
-        self.drafter, self.capacity = drafter, capacity
+        self.drafter, self.vocab, self.capacity = drafter, vocab, capacity
         self.features = torch.zeros(capacity, a.hidden_size, dtype=dtype, device=dev)
         self.length = 0  # committed positions whose target features arrived
         self.caches = [KVCache(1, a.num_kv_heads, a.head_dim, capacity, dtype, dev) for _ in range(depths)]
@@ -88,7 +90,8 @@ class MTPState:
             cache.commit(range(final - start))
             self.outputs[k - 1][start:final] = out[: final - start]
             prev_final, prev_drafted = final, out[final - start :]
-            logits = d.logits(module, out[-1:])[0]
+            logits = (d.logits(module, out[-1:]) if self.vocab is None
+                      else self.vocab.logits(module.norm(out[-1:], module.shared_norm)))[0]
             self.last_logits.append(logits)
             token, q = pick(k, logits)
             seq.append(token)
@@ -105,6 +108,8 @@ class MTPOptions:
     model: str | None = None  # a trained MTP drafter; None: the MTP layers of the target's checkpoint
     num_speculative_tokens: int = 3
     confidence_threshold: float = 0.0  # stop after a token drafted with less probability (confidence.py)
+    # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
+    context_vocab: bool = True
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
@@ -128,6 +133,9 @@ class MTPProposer(Proposer):
         self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
         self.drafter.attach_target(target.decoder)
         self.drafter.prepare()
+        assert self.drafter._target is not None
+        self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._target[1], target.decoder.head_weight(),
+                                  softcap=target.decoder.arch.final_logit_softcap, enabled=options.context_vocab)
         self.state: MTPState | None = None
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
@@ -136,21 +144,23 @@ class MTPProposer(Proposer):
               capacity: int, prefill: ForwardResult | None = None) -> None:
         if prefill is None or prefill.final_hidden is None:
             raise ValueError("mtp needs the target's prefill forward")
-        self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity)
+        self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity, self.vocab)
+        self.vocab.start(prompt)
         self.state.add(prefill.final_hidden)
         self.sampling, self.generator = sampling, generator
 
     def _pick(self, depth: int, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
         s = self.sampling
         if s is None or s.greedy:
-            return int(self.drafter.draft_to_target(logits.argmax())), None
+            return int(self.vocab.to_target(logits.argmax())), None
         full = logits.new_full((self.target.vocab_size,), float("-inf"))
-        full[self.drafter.draft_ids()] = logits
+        full[self.vocab.to_target(torch.arange(logits.numel(), device=logits.device))] = logits
         q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
         return sample(q, self.generator), q
 
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.state is not None
+        self.vocab.follow(tokens)
         return self.state.draft(tokens, min(self.options.num_speculative_tokens, max_tokens), self._pick,
                                 self.options.confidence_threshold)
 
