@@ -27,7 +27,8 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
     path = generate_data(settings, Path(args.output), num_prompts=args.num_prompts,
                          data_dir=Path(args.corpora or DEFAULT_DATA_DIR),
                          exclude=Path(args.exclude) if args.exclude else DEFAULT_EXCLUDE,
-                         batch_size=args.batch_size)
+                         batch_size=args.batch_size,
+                         kinds=args.kinds.split(",") if args.kinds else None)
     print(f"samples in {path}")
     return 0
 
@@ -184,6 +185,9 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--target", default="gemma-3-270m")
     gen.add_argument("--output", required=True)
     gen.add_argument("--num-prompts", type=int, default=None, help="first N prompts of the mixed list")
+    gen.add_argument("--kinds", default=None,
+                     help="comma-separated prompt kinds to keep (math, qa, code, chat, writing, summarization, "
+                          "translation, rag); default all")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--max-prompt-tokens", type=int, default=768, help="longer prompts are skipped")
     gen.add_argument("--temperature", type=float, default=0.0)

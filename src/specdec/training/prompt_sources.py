@@ -123,6 +123,49 @@ def _topical_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainP
     return out
 
 
+WRITING_TASKS = (
+    "Write a blog post about this news story: {h}.",
+    "Write a short persuasive essay inspired by the headline \"{h}\".",
+    "Draft an email to a friend telling them about this story: {h}.",
+    "Write a short story based on the headline \"{h}\".",
+    "Write a poem inspired by this headline: {h}.",
+    "Write a social media post sharing this news: {h}.",
+    "Write the opening paragraphs of a news article titled \"{h}\".",
+    "Write a short speech for a community event about this topic: {h}.",
+    "Write a letter to the editor responding to the article \"{h}\".",
+)
+
+
+def headline_from_url(url: str) -> str | None:
+    """'.../2018/08/26/adrian-peterson-feels-strong-after-redskins-debut/' -> 'Adrian peterson feels strong
+    after redskins debut': the path segment with the most alphabetic words (not the story's hex id)."""
+    best: list[str] = []
+    for segment in url.split("?")[0].split("/"):
+        words = segment.removesuffix(".html").split("-")
+        if sum(w.isalpha() for w in words) > sum(w.isalpha() for w in best):
+            best = words
+    if sum(w.isalpha() for w in best) < 3:
+        return None
+    text = " ".join(best)
+    return text[0].upper() + text[1:]
+
+
+def _writing(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """Writing tasks (blog posts, emails, stories, letters) on the news stories Topical-Chat talks about."""
+    urls: set[str] = set()
+    for name in ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json"):
+        convs = json.loads((root / "topical_chat" / name).read_text(encoding="utf-8"))
+        urls.update(conv["article_url"] for conv in convs.values() if conv.get("article_url"))
+    out = []
+    for i, url in enumerate(sorted(urls)):
+        headline = headline_from_url(url)
+        if headline is None:
+            continue
+        for j, task in enumerate(rng.sample(WRITING_TASKS, 2)):
+            out.append(TrainPrompt(f"writing-{i}-{j}", "writing", (task.format(h=headline),)))
+    return out
+
+
 def _webquestions(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
     out = []
     for name in ("trainmodel.json", "val.json", "devtest.json", "test.json"):
@@ -175,6 +218,7 @@ SOURCES: dict[str, Callable[[Path, Exclusions, random.Random], list[TrainPrompt]
     "webquestions": _webquestions,
     "tatoeba": _tatoeba,
     "articles": _articles,
+    "writing": _writing,  # last: adding a source must not change the earlier ones' random draws
 }
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -89,8 +90,10 @@ def generate_data(
     prompts: list[TrainPrompt] | None = None,
     progress: bool = True,
     batch_size: int = 1,
+    kinds: Collection[str] | None = None,
 ) -> Path:
-    """Generates (or resumes) a data directory; returns the path of its samples file."""
+    """Generates (or resumes) a data directory; returns the path of its samples file. `kinds` keeps only
+    prompts of those kinds (before `num_prompts` takes the first ones)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     from specdec.api import LLM
@@ -104,6 +107,11 @@ def generate_data(
     done = {s.id for s in read_samples(output)} if path.is_file() else set()
     if prompts is None:
         prompts = build_prompts(data_dir, exclude, seed=settings.seed)
+    if kinds is not None:
+        unknown = set(kinds) - {p.kind for p in prompts}
+        if unknown:
+            raise ValueError(f"no prompts of kind {sorted(unknown)}; there are {sorted({p.kind for p in prompts})}")
+        prompts = [p for p in prompts if p.kind in kinds]
     if num_prompts is not None:
         prompts = prompts[:num_prompts]
     todo = [p for p in prompts if p.id not in done]

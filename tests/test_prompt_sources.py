@@ -1,0 +1,47 @@
+"""Training prompt sources: writing tasks from Topical-Chat's news stories, and keeping some kinds only."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from specdec.training import self_distill
+from specdec.training.prompt_sources import WRITING_TASKS, Exclusions, TrainPrompt, _writing, headline_from_url
+from specdec.training.self_distill import DistillSettings, generate_data, read_samples
+
+
+def test_headline_is_the_wordiest_path_segment():
+    url = "https://www.washingtonpost.com/news/early-lead/wp/2018/03/26/jets-rescind-pretty-high-offer/"
+    assert headline_from_url(url) == "Jets rescind pretty high offer"
+    story = ("https://www.washingtonpost.com/opinions/what-philip-roth-wanted-us-to-notice/2018/05/24/"
+             "5d880cac-5f4f-11e8-a4a4-c070ef53f315_story.html")
+    assert headline_from_url(story) == "What philip roth wanted us to notice"
+    assert headline_from_url("https://example.com/2018/05/24/") is None
+
+
+def test_writing_prompts_use_each_story_twice(tmp_path):
+    root = tmp_path / "train"
+    (root / "topical_chat").mkdir(parents=True)
+    convs = {f"c{i}": {"article_url": f"https://x.com/2018/0{i}/01/story-number-{'one two three'.split()[i]}-here/",
+                       "content": []} for i in range(3)}
+    convs["dup"] = dict(convs["c0"])  # two conversations about one story: one story
+    for name in ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json"):
+        (root / "topical_chat" / name).write_text(json.dumps(convs if name == "valid_freq.json" else {}))
+    ex = Exclusions(frozenset(), frozenset(), frozenset(), frozenset())
+    prompts = _writing(root, ex, random.Random(0))
+    assert len(prompts) == 6 and len({p.id for p in prompts}) == 6
+    assert all(p.kind == "writing" and len(p.turns) == 1 for p in prompts)
+    firsts = {task.split("{h}")[0] for task in WRITING_TASKS}
+    assert all(any(p.turns[0].startswith(f) for f in firsts) for p in prompts)
+    assert sum("Story number two here" in p.turns[0] for p in prompts) == 2
+
+
+def test_generate_data_keeps_the_asked_kinds(zoo, tmp_path, monkeypatch):
+    fake = [TrainPrompt(f"p{i}", ["chat", "writing", "math"][i % 3], (f"word {i}",)) for i in range(9)]
+    monkeypatch.setattr(self_distill, "build_prompts", lambda *a, **k: list(fake))
+    settings = DistillSettings(target=zoo.path("llama"), max_new_tokens=3)
+    generate_data(settings, tmp_path / "d", num_prompts=2, progress=False, kinds=["writing", "math"])
+    assert [s.id for s in read_samples(tmp_path / "d")] == ["p1", "p2"]
+    with pytest.raises(ValueError, match="no prompts of kind"):
+        generate_data(settings, tmp_path / "d", progress=False, kinds=["poetry"])
