@@ -7,7 +7,9 @@ import random
 
 import pytest
 from specdec.training import self_distill
-from specdec.training.prompt_sources import WRITING_TASKS, Exclusions, TrainPrompt, _writing, headline_from_url
+from specdec.training.prompt_sources import (
+    WRITING_TASKS, Exclusions, TrainPrompt, _wiki, _writing, headline_from_url, wiki_chunks,
+)
 from specdec.training.self_distill import DistillSettings, generate_data, read_samples
 
 
@@ -45,3 +47,26 @@ def test_generate_data_keeps_the_asked_kinds(zoo, tmp_path, monkeypatch):
     assert [s.id for s in read_samples(tmp_path / "d")] == ["p1", "p2"]
     with pytest.raises(ValueError, match="no prompts of kind"):
         generate_data(settings, tmp_path / "d", progress=False, kinds=["poetry"])
+
+
+def test_wiki_chunks_are_whole_paragraphs_without_headings_and_unk():
+    text = "\n\n".join(["First para " + "word " * 60, " = Heading = ", "Second <unk> para " + "w " * 80,
+                       "Third " + "x " * 500])
+    chunks = wiki_chunks(text, lo=50, hi=200)
+    assert chunks[0].startswith("First para") and "Second ___ para" in chunks[0]
+    assert "Heading" not in " ".join(chunks) and "<unk>" not in " ".join(chunks)
+    assert chunks[1].startswith("Third") and len(chunks[1].split()) == 200
+
+
+def test_wiki_prompts_skip_held_out_articles(tmp_path):
+    root = tmp_path / "train"
+    (root / "wikitext2").mkdir(parents=True)
+    body = "\n\n".join(f"In {1900 + i} something happened " + "word " * 150 for i in range(4))
+    rows = [{"id": f"a{i}", "title": f"Topic {i}", "text": body} for i in range(4)]
+    (root / "wikitext2" / "articles.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    ex = Exclusions(frozenset(), frozenset(), frozenset({"a3"}), frozenset())
+    prompts = _wiki(root, ex, random.Random(0))
+    assert {p.id.split("-")[1] for p in prompts} == {"a0", "a1", "a2"}
+    assert {p.kind for p in prompts} == {"summarization", "rag"}
+    rag = [p.turns[0] for p in prompts if p.kind == "rag"]
+    assert rag and all(t.count("Passage ") == 3 and "\n\nQuestion: " in t for t in rag)
