@@ -10,7 +10,9 @@ OTHER=benchmarks/prompts/other_kinds.jsonl
 CONFIGS='[
  {"method": "ngram", "num_speculative_tokens": 5},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5},
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "context_vocab": false},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6},
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 8, "confidence_threshold": 0.45},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "tree_top_k": 3, "tree_num_draft_tokens": 10},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "tree_top_k": 2, "tree_num_draft_tokens": 6, "confidence_threshold": 0.3},
  {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}},

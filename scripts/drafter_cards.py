@@ -23,12 +23,13 @@ DATA_1076_SAMPLES = {
 GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
               "lossless generation, 1 thread) ran at ~43-106 tokens/s on this 2-core CPU shared with other jobs "
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
-              "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core)")
+              "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core; ~235 on both "
+              "cores for the writing and WikiText-2 prompts, `--kinds writing,summarization,rag`)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run7 "
-              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 "
-              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
-              "--cache-budget-gb 16 --follow-data",
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run8 "
+              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 "
+              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --feature-cache data/feature-cache "
+              "--cache-budget-gb 16",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run3 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
@@ -78,6 +79,15 @@ EARLIER = {
                 "data": {"generated_samples": 3282, "prompt_only_samples": 4000, "held_out_samples": 40,
                          "response_tokens": 829688, "prompt_tokens": 664505,
                          "generated_kinds": {"chat": 1138, "code": 758, "qa": 388, "math": 375,
+                                             "summarization": 292, "translation": 257, "rag": 74}}},
+               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run7 "
+                           "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 1000 "
+                           "--tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 "
+                           "--feature-cache data/feature-cache --cache-budget-gb 16 --follow-data",
+                "steps": 1000, "tokens_seen": 2226317, "minutes": 62.9,
+                "data": {"generated_samples": 3516, "prompt_only_samples": 4000, "held_out_samples": 40,
+                         "response_tokens": 888670, "prompt_tokens": 684943,
+                         "generated_kinds": {"chat": 1238, "code": 823, "qa": 417, "math": 415,
                                              "summarization": 292, "translation": 257, "rag": 74}}}],
     "medusa": [{"command": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run2 "
                            "--prompt-samples 4000 --max-steps 300 --tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 "
@@ -130,9 +140,10 @@ def stages(name: str, report: dict) -> list[str]:
         if st is None:
             st = {"command": COMMANDS.get(name, "?"), "steps": report["steps"], "tokens_seen": report["tokens_seen"],
                   "minutes": report["wall_seconds"] / 60, "data": report.get("data", LEGACY_DATA)}
+        threads = "both threads" if "--threads 2" in st["command"] else "1 thread"
         out += [f"{i}. `{st['command']}`", "",
                 f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['minutes']:.1f} min wall "
-                "time on 1 thread of the 2-core CPU while other jobs shared it (target features computed once and "
+                f"time on {threads} of the 2-core CPU while other jobs shared it (target features computed once and "
                 f"cached). Data: {describe(st['data'])}.", ""]
     return out
 
@@ -178,7 +189,10 @@ def card(directory: Path) -> str:
         f"frequent in the training responses (then in the training prompts){shrunk_note(config)}"
         f"{inherited_vocab_note(name)}.",
         "",
-        f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`.",
+        f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`. "
+        "With specdec the tokens of the request itself (prompt and output so far) join the draft vocabulary "
+        "through the target's LM head rows (`context_vocab`, on by default; vLLM drafts from the static "
+        "vocabulary only).",
         "",
         "## Data",
         f"Self-distillation from prompts built from `../shared/data/train` (mixed kinds). {GENERATION}. "
