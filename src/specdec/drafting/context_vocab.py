@@ -2,8 +2,8 @@
 
 A reduced draft vocabulary (8k of Gemma's 262k tokens) cannot propose the rare tokens a response copies
 from its prompt: names in a summary, words of a translation, identifiers in code. They are up to a fifth of
-the response tokens on such prompts. Drafters whose LM head is the target's (EAGLE-3, DFlash) can score
-any target token, since the row is the target's: this class adds the rows of every token seen in the
+the response tokens on such prompts. Every learned drafter here (EAGLE-3, DFlash, Medusa, MTP) predicts
+through the target's own LM head rows, so it can score any target token: this class adds the rows of every token seen in the
 request (prompt and output so far) to the static draft vocabulary. Drafting stays lossless whatever the
 drafter proposes; this only changes which tokens it can propose.
 
