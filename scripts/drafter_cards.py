@@ -14,12 +14,6 @@ LEGACY_DATA = {  # the first 497 lines of samples.jsonl, split as the trainer sp
     "prompt_tokens": 56378, "generated_kinds": {"chat": 163, "code": 108, "translation": 54, "math": 53, "qa": 53,
                                                 "summarization": 41, "rag": 13},
 }
-# The data of the runs on the first 1076 generated samples (plus prompt-only ones), as their reports gave it
-DATA_1076_SAMPLES = {
-    "generated_samples": 1076, "prompt_only_samples": 4000, "held_out_samples": 29, "response_tokens": 271617,
-    "prompt_tokens": 443176, "generated_kinds": {"chat": 360, "code": 241, "math": 120, "qa": 118,
-                                                 "translation": 115, "summarization": 95, "rag": 27},
-}
 GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 768 tokens, n-gram-accelerated "
               "lossless generation, 1 thread) ran at ~43-106 tokens/s on this 2-core CPU shared with other jobs "
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
@@ -47,62 +41,14 @@ COMMANDS = {
                  "--cache-budget-gb 14 --draft-vocab-size 32768` (stopped after step 320), then the same with "
                  "`--resume --max-steps 540",
 }
-# Earlier stages of a drafter that was fine-tuned (--init-from), as their reports gave them
-EARLIER = {
-    "eagle3": [{"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run3 "
-                           "--max-steps 300 --tokens-per-step 2048 --lr 8e-4 --warmup-steps 15 --checkpoint-every 10 "
-                           "--threads 1 --feature-cache data/feature-cache --cache-budget-gb 8 "
-                           "--draft-vocab-size 32768",
-                "steps": 300, "tokens_seen": 676322, "minutes": 43.3, "data": LEGACY_DATA},
-               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run4 "
-                           "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 450 "
-                           "--tokens-per-step 2048 --lr 4e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
-                           "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data` (450 steps), then "
-                           "the same with `--resume --max-steps 600",
-                "steps": 600, "tokens_seen": 1330027, "minutes": 92.0,
-                "data": DATA_1076_SAMPLES},
-               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run5 "
-                           "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 650 "
-                           "--tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 --threads 1 "
-                           "--feature-cache data/feature-cache --cache-budget-gb 12 --follow-data",
-                "steps": 650, "tokens_seen": 1443706, "minutes": 105.2,
-                "data": {"generated_samples": 1968, "prompt_only_samples": 4000, "held_out_samples": 40,
-                         "response_tokens": 497257, "prompt_tokens": 527799,
-                         "generated_kinds": {"chat": 659, "code": 435, "qa": 225, "math": 217, "translation": 215,
-                                             "summarization": 172, "rag": 45}}},
-               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run6 "
-                           "--init-from drafters/gemma-3-270m-eagle3 --draft-vocab-size 8192 --prompt-samples 4000 "
-                           "--max-steps 600 --tokens-per-step 2048 --lr 3e-4 --warmup-steps 10 --checkpoint-every 10 "
-                           "--threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 --follow-data` "
-                           "(stopped after step 410), then the same with `--resume --max-steps 1000",
-                "steps": 1000, "tokens_seen": 2233191, "minutes": 89.4,
-                "data": {"generated_samples": 3282, "prompt_only_samples": 4000, "held_out_samples": 40,
-                         "response_tokens": 829688, "prompt_tokens": 664505,
-                         "generated_kinds": {"chat": 1138, "code": 758, "qa": 388, "math": 375,
-                                             "summarization": 292, "translation": 257, "rag": 74}}},
-               {"command": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run7 "
-                           "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 1000 "
-                           "--tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 "
-                           "--feature-cache data/feature-cache --cache-budget-gb 16 --follow-data",
-                "steps": 1000, "tokens_seen": 2226317, "minutes": 62.9,
-                "data": {"generated_samples": 3516, "prompt_only_samples": 4000, "held_out_samples": 40,
-                         "response_tokens": 888670, "prompt_tokens": 684943,
-                         "generated_kinds": {"chat": 1238, "code": 823, "qa": 417, "math": 415,
-                                             "summarization": 292, "translation": 257, "rag": 74}}}],
-    "medusa": [{"command": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run2 "
-                           "--prompt-samples 4000 --max-steps 300 --tokens-per-step 2048 --lr 1e-3 --warmup-steps 10 "
-                           "--num-heads 4 --num-layers 1 --checkpoint-every 20 --threads 1 --feature-cache "
-                           "data/feature-cache --cache-budget-gb 12 --draft-vocab-size 32768` (then `specdec drafter "
-                           "shrink-vocab --draft-vocab-size 8192`)",
-                "steps": 300, "tokens_seen": 664910, "minutes": 32.3,
-                "data": DATA_1076_SAMPLES}],
-    "mtp": [{"command": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run2 --prompt-samples 4000 "
-                        "--max-steps 300 --tokens-per-step 2048 --lr 5e-4 --warmup-steps 10 --num-modules 1 --steps 3 "
-                        "--checkpoint-every 20 --threads 1 --feature-cache data/feature-cache --cache-budget-gb 12 "
-                        "--draft-vocab-size 32768` (then `specdec drafter shrink-vocab --draft-vocab-size 8192`)",
-             "steps": 300, "tokens_seen": 664910, "minutes": 39.7,
-             "data": DATA_1076_SAMPLES}],
-}
+# Earlier stages of a drafter that was fine-tuned (--init-from): drafters/<name>/training_stages.json, each
+# stage's command and the steps, tokens, wall time and data of its training_report.json
+STAGES_FILE = "training_stages.json"
+
+
+def earlier_stages(directory: Path) -> list[dict]:
+    path = directory / STAGES_FILE
+    return json.loads(path.read_text()) if path.is_file() else []
 
 
 def describe(data: dict) -> str:
@@ -134,22 +80,22 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
     return rows
 
 
-def stages(name: str, report: dict) -> list[str]:
+def stages(name: str, directory: Path, report: dict) -> list[str]:
     out = []
-    for i, st in enumerate([*EARLIER.get(name, []), None], start=1):
+    for i, st in enumerate([*earlier_stages(directory), None], start=1):
         if st is None:
             st = {"command": COMMANDS.get(name, "?"), "steps": report["steps"], "tokens_seen": report["tokens_seen"],
-                  "minutes": report["wall_seconds"] / 60, "data": report.get("data", LEGACY_DATA)}
+                  "wall_seconds": report["wall_seconds"], "data": report.get("data", LEGACY_DATA)}
         threads = "both threads" if "--threads 2" in st["command"] else "1 thread"
         out += [f"{i}. `{st['command']}`", "",
-                f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['minutes']:.1f} min wall "
+                f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['wall_seconds'] / 60:.1f} min wall "
                 f"time on {threads} of the 2-core CPU while other jobs shared it (target features computed once and "
                 f"cached). Data: {describe(st['data'])}.", ""]
     return out
 
 
-def inherited_vocab_note(name: str) -> str:
-    if not EARLIER.get(name):
+def inherited_vocab_note(directory: Path) -> str:
+    if not earlier_stages(directory):
         return ""
     return (" when it was chosen: a fine-tuning stage (`--init-from`) keeps its start's vocabulary, so later "
             "samples, which carry rarer tokens, did not rank it")
@@ -187,7 +133,7 @@ def card(directory: Path) -> str:
         f"(`config.json` + `model.safetensors`, {size_mb:.1f} MB, bfloat16). The target's embedding and LM head "
         f"are shared, not stored; the draft vocabulary is the {config['draft_vocab_size']} target tokens most "
         f"frequent in the training responses (then in the training prompts){shrunk_note(config)}"
-        f"{inherited_vocab_note(name)}.",
+        f"{inherited_vocab_note(directory)}.",
         "",
         f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`. "
         "With specdec the tokens of the request itself (prompt and output so far) join the draft vocabulary "
@@ -199,7 +145,7 @@ def card(directory: Path) -> str:
         "Nothing from `../shared/data/eval` or from the held-out benchmark prompts was used.",
         "",
         "## Training",
-        *stages(name, report),
+        *stages(name, directory, report),
         f"Held-out accuracy per draft step: {acc} (estimated chain acceptance length "
         f"{val.get('estimated_chain_acceptance_length', '?')}). Positions whose next token is outside the draft "
         "vocabulary are not scored, so a smaller vocabulary reads higher"
