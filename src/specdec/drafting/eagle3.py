@@ -99,7 +99,7 @@ class Eagle3Proposer(Proposer):
             raise ValueError("eagle3 needs the target's prefill forward")
         c = self.drafter.config
         room = self.options.num_speculative_tokens * max(self.options.tree_top_k, 1) + 8
-        self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room, self.target.dtype,
+        self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room, torch.float32,
                                   self.target.device)
         self.pending = self._features(prefill, range(len(prompt)))
         self.sampling, self.generator = sampling, generator
