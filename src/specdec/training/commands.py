@@ -54,6 +54,7 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
         aux_layers=[int(x) for x in args.aux_layers.split(",")] if args.aux_layers else None,
         ttt_steps=args.ttt_steps, loss_decay=args.loss_decay, noise_std=args.noise_std,
         score_prompt=score_prompt, init_from=Path(args.init_from) if args.init_from else None,
+        context_vocab=not args.no_context_vocab,
     )
     report = train_eagle3(target, load(), Path(args.output), _train_settings(args), options,
                           resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
@@ -243,6 +244,9 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
     e3.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     e3.add_argument("--init-from", default=None, help="start from this EAGLE-3 drafter (weights and vocabulary)")
+    e3.add_argument("--no-context-vocab", action="store_true",
+                    help="train over the draft vocabulary only; by default each sample's tokens outside it are "
+                         "scored too once seen, as the context_vocab option drafts at inference")
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
 

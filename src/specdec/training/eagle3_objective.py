@@ -3,7 +3,8 @@
 Step 0 reads the fused target features; step j reads step j-1's outputs, with tokens and targets shifted
 one more position (index t at step j stands for sequence position t + j). The loss at each step is the
 cross-entropy against the target's distribution restricted to the draft vocabulary, on response positions
-whose token (the target's greedy choice) is in that vocabulary, weighted by decay**j.
+whose token (the target's greedy choice) is in that vocabulary, weighted by decay**j. With a
+`context_head`, the sample's tokens seen so far join that vocabulary, as at inference (context_columns.py).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.eagle3_model import Eagle3Config, Eagle3Drafter
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_columns
 from specdec.training.features import SampleFeatures
 from specdec.training.labels import scored_labels
 from specdec.training.trainer import StepMetrics
@@ -46,7 +48,7 @@ def default_eagle3_config(target: LoadedModel, draft_vocab_size: int, aux_layers
 
 def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: SampleFeatures, steps: int,
              decay: float, t2d_index: torch.Tensor, noise_std: float = 0.0,
-             score_prompt: bool = False) -> tuple[torch.Tensor, StepMetrics]:
+             score_prompt: bool = False, context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on were written greedily by the target.
 
     Index t at step j reads token ids[t+1+j] and predicts ids[t+2+j]; it is scored when that token is a
@@ -54,6 +56,10 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     positions serve as attention context only, unless `score_prompt`: then they are scored too, and since
     a prompt token is the corpus's and not the target's choice, their accuracy label is the target's most
     likely draft-vocabulary token. The LM head runs on scored rows only (it is most of the cost).
+
+    `context_head` (the target's whole LM head) adds the sample's tokens outside the draft vocabulary as
+    extra columns, each proposable once it has appeared before the draft's start (index t at any step
+    drafts after the context ids[: t + 2]), for the drafter and the target's distribution alike.
     """
     c = drafter.config
     T = ids.shape[0]
@@ -62,8 +68,10 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
         fused_in = fused_in + torch.randn_like(fused_in) * noise_std
     h = drafter.fuse(fused_in)
     first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
-    with torch.no_grad():  # the target's distribution over the draft vocab at those positions
-        target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1]), dim=-1)
+    extra = context_columns(ids, t2d_index, context_head) if context_head is not None else None
+    with torch.no_grad():  # the target's logits over the draft vocab at those positions
+        target_logits = drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1])
+    target_p = None if extra is not None else torch.softmax(target_logits, dim=-1)
     past_k: list[torch.Tensor] = []
     past_v: list[torch.Tensor] = []
     total = torch.zeros((), dtype=torch.float32)
@@ -79,15 +87,27 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             counted.append(0)
             continue
         rows = torch.arange(lo, hi)
-        labels = scored_labels(ids, rows + 2 + j, prompt_len, t2d_index, target_p[rows + 1 + j - first], score_prompt)
+        if extra is None:
+            assert target_p is not None
+            p = target_p[rows + 1 + j - first]
+        else:
+            with torch.no_grad():
+                at = rows + 1 + j
+                p = torch.softmax(extra.extend(target_logits[at - first], feats.final_hidden[at], rows + 1), dim=-1)
+        labels = scored_labels(ids, rows + 2 + j, prompt_len, t2d_index, p, score_prompt)
+        if extra is not None:
+            labels = extra.labels(ids[rows + 2 + j], labels, rows + 1)
         valid = labels >= 0
-        rows, labels = rows[valid], labels[valid]
+        rows, labels, p = rows[valid], labels[valid], p[valid]
         counted.append(int(rows.numel()))
         if not rows.numel():
             correct.append(0)
             continue
-        logits = drafter.draft_logits(h[rows])
-        p = target_p[rows + 1 + j - first]
+        if extra is None:
+            logits = drafter.draft_logits(h[rows])
+        else:
+            normed = drafter.norm(h[rows])
+            logits = extra.extend(drafter.draft_logits_from_normed(normed), normed, rows + 1)
         total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         correct.append(int((logits.argmax(-1) == labels).sum()))
     return total, StepMetrics(float(total.detach()), correct, counted)

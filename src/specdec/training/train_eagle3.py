@@ -11,6 +11,7 @@ import torch
 from specdec.drafting.eagle3_format import load_eagle3, save_eagle3
 from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_coverage
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import (
     default_eagle3_config,
@@ -32,6 +33,9 @@ class Eagle3TrainOptions:
     num_speculative_tokens: int = 5  # written into the speculators proposal method
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
     init_from: Path | None = None  # start from this drafter's weights and vocabulary (fine-tuning)
+    # also train over the sample's tokens outside the draft vocabulary, as `context_vocab` drafts at
+    # inference (context_columns.py): teaches copying rare tokens from the prompt
+    context_vocab: bool = True
 
 
 class Eagle3Objective:
@@ -66,6 +70,7 @@ class Eagle3Objective:
         assert decoder is not None
         self.model.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
         self.t2d_index = self.model.target_to_draft()
+        self.context_head = decoder.head_weight().detach()
 
     def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
@@ -75,7 +80,15 @@ class Eagle3Objective:
                             self.options.loss_decay, self.t2d_index,
                             self.options.noise_std if self.model.training else 0.0,
                             # validation scores generated responses only, comparable across runs
-                            score_prompt=self.options.score_prompt and self.model.training)
+                            score_prompt=self.options.score_prompt and self.model.training,
+                            context_head=self.context_head if self.options.context_vocab else None)
+
+    def response_coverage(self, samples: Sequence[Sample]) -> float | None:
+        """Share of response tokens the objective scores: in the draft vocabulary, or (with context_vocab)
+        already seen in the sample."""
+        if not self.options.context_vocab:
+            return None
+        return context_coverage([(s.prompt_ids, s.response_ids) for s in samples], self.t2d_index.tolist())
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = Eagle3Drafter(self.model.config)
@@ -84,7 +97,8 @@ class Eagle3Objective:
         weights.d2t.copy_(self.model.d2t)
         weights.t2d.copy_(self.model.t2d)
         save_eagle3(directory, weights, self.target, self.options.num_speculative_tokens,
-                    {"draft_vocab_coverage": round(self.vocab_coverage, 4), **extra})
+                    {"draft_vocab_coverage": round(self.vocab_coverage, 4),
+                     "trained_with_context_vocab": self.options.context_vocab, **extra})
 
 
 def _prompt_tokens(target: LoadedModel, samples: list[Sample]) -> list[list[int]]:

@@ -148,7 +148,11 @@ def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
 
 
 def response_coverage(objective: Objective, samples: Sequence[Sample]) -> float | None:
-    """Share of the samples' response tokens inside the drafter's draft vocabulary (None: no such map)."""
+    """Share of the samples' response tokens inside the drafter's draft vocabulary (None: no such map), or
+    the objective's own figure when it scores more than that vocabulary (context columns)."""
+    own = getattr(objective, "response_coverage", None)
+    if own is not None and (value := own(samples)) is not None:
+        return value
     index = getattr(objective, "t2d_index", None)
     tokens = [t for s in samples for t in s.response_ids]
     if index is None or not tokens:
