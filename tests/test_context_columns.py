@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads
 from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.training.context_columns import BLOCKED, context_columns, context_coverage
 from specdec.training.eagle3_objective import default_eagle3_config, ttt_loss
 from specdec.training.features import FeatureExtractor
+from specdec.training.medusa_objective import medusa_loss
+from specdec.training.mtp_objective import mtp_loss
+
+from mtp_helpers import random_mtp
 
 
 def _index(vocab: int, static: list[int]) -> torch.Tensor:
@@ -84,3 +90,35 @@ def test_ttt_loss_scores_copied_tokens_outside_the_vocabulary(zoo):
     loss.backward()
     grads = [p.grad for p in drafter.parameters() if p.grad is not None]
     assert grads and all(torch.isfinite(g).all() for g in grads)
+
+
+@pytest.mark.parametrize("method", ["mtp", "medusa"])
+def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
+    target = zoo.load("llama", "float32")
+    dec = target.decoder
+    static = torch.arange(8)
+    if method == "mtp":
+        drafter = random_mtp(dec.arch, target.vocab_size, draft_ids=static)
+        drafter.attach_target(dec)
+    else:
+        torch.manual_seed(0)
+        drafter = MedusaHeads(MedusaConfig(dec.arch.hidden_size, 2, 1, target.vocab_size, 8, dec.arch.final_logit_softcap))
+        drafter.set_draft_vocab(static)
+        drafter.attach_target(dec.head_weight())
+    prompt = torch.randint(8, target.vocab_size, (12,), generator=torch.Generator().manual_seed(1))
+    ids = torch.cat([prompt, prompt])
+    final = FeatureExtractor(target, [0]).compute(ids.tolist()).final_hidden
+    index = drafter.target_to_draft()
+
+    def loss(head):
+        if method == "mtp":
+            return mtp_loss(drafter, ids, 12, final, [0.6, 0.4], index, context_head=head)
+        return medusa_loss(drafter, ids, 12, final, 0.8, index, context_head=head)
+
+    _, plain = loss(None)
+    value, ctx = loss(dec.head_weight())
+    assert sum(plain.counted) == 0
+    assert ctx.counted[0] == 12
+    assert torch.isfinite(value)
+    value.backward()
+    assert all(torch.isfinite(p.grad).all() for p in drafter.parameters() if p.grad is not None)

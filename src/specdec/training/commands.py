@@ -42,6 +42,12 @@ def _train_settings(args: argparse.Namespace):
                          seed=args.seed, max_seq_len=args.max_seq_len, max_steps=args.max_steps)
 
 
+def _context_vocab_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--no-context-vocab", action="store_true",
+                        help="train over the draft vocabulary only; by default each sample's tokens outside it are "
+                             "scored too once seen, as the context_vocab option drafts at inference")
+
+
 def cmd_train_eagle3(args: argparse.Namespace) -> int:
     from specdec.models.loading import load_model
     from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
@@ -109,7 +115,8 @@ def cmd_train_medusa(args: argparse.Namespace) -> int:
     options = MedusaTrainOptions(draft_vocab_size=args.draft_vocab_size, num_heads=args.num_heads,
                                  num_layers=args.num_layers, loss_decay=args.loss_decay,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
+                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                                 context_vocab=not args.no_context_vocab)
     return _run_training(args, train_medusa, options)
 
 
@@ -121,7 +128,8 @@ def cmd_train_mtp(args: argparse.Namespace) -> int:
                               init_layer=None if args.random_init else args.init_layer,
                               feature_layers=_layers(args.feature_layers),
                               num_speculative_tokens=args.num_speculative_tokens,
-                              score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
+                              score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                              context_vocab=not args.no_context_vocab)
     return _run_training(args, train_mtp, options)
 
 
@@ -244,9 +252,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
     e3.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     e3.add_argument("--init-from", default=None, help="start from this EAGLE-3 drafter (weights and vocabulary)")
-    e3.add_argument("--no-context-vocab", action="store_true",
-                    help="train over the draft vocabulary only; by default each sample's tokens outside it are "
-                         "scored too once seen, as the context_vocab option drafts at inference")
+    _context_vocab_arg(e3)
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
 
@@ -258,6 +264,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.add_argument("--init-from", default=None,
                         help="start from these Medusa heads (their shape, weights and vocabulary)")
+    _context_vocab_arg(medusa)
     medusa.set_defaults(func=cmd_train_medusa)
 
     mtp = methods.add_parser("mtp", help="external MTP drafter (DeepSeek-V3 style modules)")
@@ -272,6 +279,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     mtp.add_argument("--init-from", default=None,
                      help="start from this MTP drafter (its modules, weights and vocabulary; --init-layer does not apply)")
+    _context_vocab_arg(mtp)
     mtp.set_defaults(func=cmd_train_mtp)
 
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")

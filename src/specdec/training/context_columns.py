@@ -10,7 +10,9 @@ from the position where the token first appears, as at inference.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -40,11 +42,15 @@ class ContextColumns:
         hit = (self.ids[col] == tokens) & (self.first[col] <= context_end)
         return torch.where((static_labels < 0) & hit, self.static_size + col, static_labels)
 
-    def extend(self, static_logits: torch.Tensor, normed: torch.Tensor, context_end: torch.Tensor) -> torch.Tensor:
+    def extend(self, static_logits: torch.Tensor, normed: torch.Tensor, context_end: torch.Tensor,
+               softcap: float | None = None) -> torch.Tensor:
         """Static logits [n, Vd] of final-normed states `normed` [n, H], with the extra columns appended
         (a large negative value where not allowed: finite, so a zero target probability times its log
-        probability stays zero in the cross-entropy)."""
+        probability stays zero in the cross-entropy). `softcap`: the target's final logit soft-cap, which
+        the static logits already carry."""
         extra = torch.nn.functional.linear(normed.to(self.rows.dtype), self.rows).float()
+        if softcap:
+            extra = torch.tanh(extra / softcap) * softcap
         extra = extra.masked_fill(~self.allowed(context_end), BLOCKED)
         return torch.cat([static_logits, extra], dim=-1)
 
@@ -72,3 +78,10 @@ def context_coverage(samples_ids: list[tuple[list[int], list[int]]], t2d_index: 
             total += 1
             seen.add(t)
     return hits / total if total else None
+
+
+def context_response_coverage(objective: Any, samples: Sequence[Any]) -> float | None:
+    """An objective's `response_coverage` (trainer.validate): None unless its options have context_vocab."""
+    if not objective.options.context_vocab:
+        return None
+    return context_coverage([(s.prompt_ids, s.response_ids) for s in samples], objective.t2d_index.tolist())

@@ -4,7 +4,8 @@ Head k at position i predicts token i + 2 + k. With greedy self-distilled data e
 target's argmax, so the soft target of head k at i is the target's own distribution at position i + 1 + k
 (over the draft vocabulary), scored where token i + 2 + k is a response token in the draft vocabulary;
 head k is weighted decay**k (the paper's 0.8**k). Prompt positions are scored only with `score_prompt`
-(labels: see training/labels.py).
+(labels: see training/labels.py). With a `context_head`, the sample's tokens seen before the draft's start
+join the draft vocabulary, as at inference (context_columns.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.medusa_model import TOP_K, MedusaHeads
 from specdec.drafting.vocab_map import head_logits
+from specdec.training.context_columns import context_columns
 from specdec.training.labels import scored_labels
 from specdec.training.trainer import StepMetrics
 
@@ -26,30 +28,42 @@ class MedusaMetrics(StepMetrics):
 
 
 def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hidden: torch.Tensor, decay: float,
-                t2d_index: torch.Tensor, score_prompt: bool = False) -> tuple[torch.Tensor, MedusaMetrics]:
-    """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily."""
+                t2d_index: torch.Tensor, score_prompt: bool = False,
+                context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, MedusaMetrics]:
+    """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily.
+    `context_head` (the target's whole LM head) adds context columns: head k at position i drafts after
+    the committed context ids[: i + 2]."""
     c = heads.config
     T = ids.shape[0]
     first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
     assert heads._head is not None
+    extra = context_columns(ids, t2d_index, context_head) if context_head is not None else None
     with torch.no_grad():
-        target_p = torch.softmax(head_logits(final_hidden[first : T - 1], heads._head, c.logit_softcap), dim=-1)
+        target_logits = head_logits(final_hidden[first : T - 1], heads._head, c.logit_softcap)
     h = final_hidden.float()
     total = torch.zeros((), dtype=torch.float32)
     correct, counted = [], []
     ranks = torch.zeros(c.num_heads, TOP_K + 1, dtype=torch.long)
     for k in range(c.num_heads):
         rows = torch.arange(max(first - 1 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
-        labels = scored_labels(ids, rows + 2 + k, prompt_len, t2d_index, target_p[rows + 1 + k - first],
-                               score_prompt)
+        with torch.no_grad():
+            logits_t = target_logits[rows + 1 + k - first]
+            if extra is not None:
+                logits_t = extra.extend(logits_t, final_hidden[rows + 1 + k], rows + 1, c.logit_softcap)
+            p = torch.softmax(logits_t, dim=-1)
+        labels = scored_labels(ids, rows + 2 + k, prompt_len, t2d_index, p, score_prompt)
+        if extra is not None:
+            labels = extra.labels(ids[rows + 2 + k], labels, rows + 1)
         valid = labels >= 0
-        rows, labels = rows[valid], labels[valid]
+        rows, labels, p = rows[valid], labels[valid], p[valid]
         counted.append(int(rows.numel()))
         if not rows.numel():
             correct.append(0)
             continue
-        logits = heads.logits(heads.head_state(k, h[rows]))
-        p = target_p[rows + 1 + k - first]
+        states = heads.head_state(k, h[rows])
+        logits = heads.logits(states)
+        if extra is not None:
+            logits = extra.extend(logits, states, rows + 1, c.logit_softcap)
         total = total + (decay**k) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         with torch.no_grad():
             rank = (logits > logits.gather(1, labels[:, None])).sum(-1).clamp_(max=TOP_K)

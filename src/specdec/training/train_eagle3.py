@@ -11,7 +11,7 @@ import torch
 from specdec.drafting.eagle3_format import load_eagle3, save_eagle3
 from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.models.loading import LoadedModel
-from specdec.training.context_columns import context_coverage
+from specdec.training.context_columns import context_response_coverage
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import (
     default_eagle3_config,
@@ -86,9 +86,7 @@ class Eagle3Objective:
     def response_coverage(self, samples: Sequence[Sample]) -> float | None:
         """Share of response tokens the objective scores: in the draft vocabulary, or (with context_vocab)
         already seen in the sample."""
-        if not self.options.context_vocab:
-            return None
-        return context_coverage([(s.prompt_ids, s.response_ids) for s in samples], self.t2d_index.tolist())
+        return context_response_coverage(self, samples)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = Eagle3Drafter(self.model.config)

@@ -12,6 +12,7 @@ import torch
 from specdec.drafting.medusa_format import load_medusa, save_medusa
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads, expected_accepted, tree_from_accuracy
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_response_coverage
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import default_aux_layers
 from specdec.training.features import FeatureExtractor
@@ -34,6 +35,7 @@ class MedusaTrainOptions:
     tree_nodes: int = 24  # nodes of the tree whose estimated acceptance the report gives
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
     init_from: Path | None = None  # start from these Medusa heads (their shape, weights and vocabulary)
+    context_vocab: bool = True  # also score the sample's tokens outside the draft vocabulary once seen
 
 
 class MedusaObjective:
@@ -73,6 +75,7 @@ class MedusaObjective:
         assert decoder is not None
         self.model.attach_target(decoder.head_weight())
         self.t2d_index = self.model.target_to_draft()
+        self.context_head = decoder.head_weight().detach()
 
     def loss(self, sample: Sample) -> tuple[torch.Tensor, MedusaMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
@@ -80,10 +83,14 @@ class MedusaObjective:
         score_prompt = self.options.score_prompt and self.model.training  # validation: responses only
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             loss, metrics = medusa_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats.final_hidden,
-                                        self.options.loss_decay, self.t2d_index, score_prompt)
+                                        self.options.loss_decay, self.t2d_index, score_prompt,
+                                        self.context_head if self.options.context_vocab else None)
         if not score_prompt:  # the rank table (the saved tree's source) counts generated responses only
             self.recent_ranks.append(metrics.ranks)
         return loss, metrics
+
+    def response_coverage(self, samples: Sequence[Sample]) -> float | None:
+        return context_response_coverage(self, samples)
 
     def rank_accuracy(self) -> list[list[float]] | None:
         """P(head k's rank-r candidate is the label), over the recent sequences."""
@@ -97,7 +104,8 @@ class MedusaObjective:
         weights = MedusaHeads(self.model.config)
         weights.load_state_dict(self.model.state_dict())
         accuracy = self.rank_accuracy()
-        info = {"draft_vocab_coverage": round(self.vocab_coverage, 4)}
+        info = {"draft_vocab_coverage": round(self.vocab_coverage, 4),
+                "trained_with_context_vocab": self.options.context_vocab}
         if accuracy is not None:
             tree = tree_from_accuracy(accuracy, self.options.tree_nodes)
             info["estimated_tree_acceptance_length"] = round(expected_accepted(accuracy, tree), 3)

@@ -11,6 +11,7 @@ import torch
 from specdec.drafting.mtp_format import load_mtp, save_mtp
 from specdec.drafting.mtp_model import FULL, MTPConfig, MTPDrafter, init_from_target
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_response_coverage
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.eagle3_objective import default_aux_layers
 from specdec.training.trainer import StepMetrics
@@ -36,6 +37,7 @@ class MTPTrainOptions:
     num_speculative_tokens: int = 3  # written into the speculators proposal method
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
     init_from: Path | None = None  # start from this MTP drafter (its modules, weights and vocabulary)
+    context_vocab: bool = True  # also score the sample's tokens outside the draft vocabulary once seen
 
 
 class MTPObjective:
@@ -79,6 +81,7 @@ class MTPObjective:
         assert decoder is not None
         self.model.attach_target(decoder)
         self.t2d_index = self.model.target_to_draft()
+        self.context_head = decoder.head_weight().detach()
 
     def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
@@ -86,14 +89,19 @@ class MTPObjective:
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             return mtp_loss(self.model, torch.tensor(ids, device=self.target.device), len(sample.prompt_ids),
                             feats.final_hidden, self.weights, self.t2d_index,
-                            score_prompt=self.options.score_prompt and self.model.training)
+                            score_prompt=self.options.score_prompt and self.model.training,
+                            context_head=self.context_head if self.options.context_vocab else None)
+
+    def response_coverage(self, samples: Sequence[Sample]) -> float | None:
+        return context_response_coverage(self, samples)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = MTPDrafter(self.config, self.model.arch)
         weights.load_state_dict(self.model.state_dict())
         save_mtp(directory, weights.to(self.target.dtype), self.target, self.options.num_speculative_tokens,
                  {"draft_vocab_coverage": round(self.vocab_coverage, 4),
-                  "train_steps": self.options.steps, "step_weights": [round(w, 4) for w in self.weights], **extra})
+                  "train_steps": self.options.steps, "step_weights": [round(w, 4) for w in self.weights],
+                  "trained_with_context_vocab": self.options.context_vocab, **extra})
 
 
 
