@@ -22,6 +22,7 @@ from specdec.engine.tree_step import tree_step
 from specdec.models.runtime import ModelRuntime
 from specdec.sampling_params import SamplingParams
 from specdec.verification import Verification, sample, sampling_probs, verify_greedy, verify_sampling
+from specdec.verification.greedy_early_exit import verify_greedy_early_exit
 
 # Room kept after prompt + max_tokens for one forward's draft tokens; the cache size depends only on the
 # request (never on the method) so that plain and speculative runs attend over identical buffers.
@@ -112,8 +113,14 @@ def generate_tokens(
                 raise RuntimeError(
                     f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {room} allowed"
                 )
-            verified = runtime.forward([token, *draft.tokens], parents=None, capture=capture)
-            outcome = _verify(draft, verified.logits, params, generator)
+            if params.greedy and runtime.scores_head_slices:  # only the rows up to the first rejection
+                verified = runtime.forward([token, *draft.tokens], parents=None, capture=capture, logit_rows=None)
+                assert verified.final_hidden is not None
+                outcome = verify_greedy_early_exit(draft.tokens, verified.final_hidden, runtime.head_logits,
+                                                   runtime.vocab_size)
+            else:
+                verified = runtime.forward([token, *draft.tokens], parents=None, capture=capture)
+                outcome = _verify(draft, verified.logits, params, generator)
             runtime.commit(range(outcome.num_accepted + 1))
             if proposer is not None:
                 proposer.feedback(outcome.num_accepted, verified)

@@ -232,9 +232,11 @@ class Decoder(nn.Module):
             h = h * torch.tensor(self.arch.embed_scale, dtype=h.dtype)
         return h
 
-    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        """LM head over final-normed hidden states, returned in float32."""
-        logits = linear_float(hidden, self.head_weight())
+    def logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor | None = None) -> torch.Tensor:
+        """LM head over final-normed hidden states, returned in float32; `columns` (a slice or token ids)
+        scores only those tokens."""
+        weight = self.head_weight()
+        logits = linear_float(hidden, weight if columns is None else weight[columns])
         cap = self.arch.final_logit_softcap
         if cap:
             logits = torch.tanh(logits / cap) * cap

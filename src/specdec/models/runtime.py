@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.models.attention_mask import build_mask, chain_parents, reorder_mask, tree_ancestry, tree_slot_order
+from specdec.models import fast_linear
 from specdec.models.decoder import Decoder
 from specdec.models.kv_cache import KVCache
 
@@ -61,6 +62,17 @@ class ModelRuntime(ABC):
     @abstractmethod
     def truncate(self, length: int) -> None:
         """Drops committed tokens beyond the first `length`."""
+
+    @property
+    def scores_head_slices(self) -> bool:
+        """Whether `head_logits` scores any vocabulary columns with exactly the numbers the whole head gives
+        (what verification/greedy_early_exit.py needs)."""
+        return False
+
+    def head_logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, c] of final-normed states `hidden` [n, H] over the vocabulary `columns` (a
+        slice, or token ids [c])."""
+        raise NotImplementedError(f"{type(self).__name__} does not score vocabulary slices")
 
     def prefill(self, tokens: Sequence[int], capture: Sequence[int] = ()) -> ForwardResult:
         """Forwards and commits a whole chunk; returns the last row's logits."""
@@ -142,6 +154,15 @@ class NativeRuntime(ModelRuntime):
         out = self.decoder(ids, positions, masks, cache, capture=capture, logit_rows=_rows(logit_rows, t),
                            order=order)
         return ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)
+
+    @property
+    def scores_head_slices(self) -> bool:
+        # our bfloat16 row kernel computes every logit as its own fixed-order dot product, whatever the
+        # slice; torch's GEMMs may block differently by shape, so elsewhere the whole head is scored
+        return self.exact and fast_linear.kernel() is not None
+
+    def head_logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
+        return self.decoder.logits(hidden, columns)
 
     def commit(self, kept: Sequence[int]) -> None:
         self._require_cache().commit(kept)

@@ -1,0 +1,87 @@
+"""Greedy verification over vocabulary slices (verification/greedy_early_exit.py) equals verify_greedy."""
+
+from __future__ import annotations
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from specdec.verification import verify_greedy
+from specdec.verification.greedy_early_exit import slice_bounds, verify_greedy_early_exit
+
+
+def _scorer(logits: torch.Tensor, calls: list[tuple[int, int, int]] | None = None):
+    """head_logits over a fixed logits table; each 'hidden' row holds its row index."""
+
+    def head_logits(hidden: torch.Tensor, columns) -> torch.Tensor:
+        if calls is not None and isinstance(columns, slice):
+            calls.append((hidden.shape[0], columns.start, columns.stop))
+        return logits[hidden[:, 0].long()][:, columns]
+
+    return head_logits
+
+
+def _rows(n: int) -> torch.Tensor:
+    return torch.arange(n, dtype=torch.float32)[:, None]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    k=st.integers(0, 6),
+    vocab=st.integers(2, 70),
+    levels=st.integers(1, 5),  # few distinct values: many ties, which argmax breaks by the first index
+    seed=st.integers(0, 2**31 - 1),
+    follow=st.integers(0, 6),
+)
+def test_equals_verify_greedy(k, vocab, levels, seed, follow):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (k + 1, vocab), generator=gen).float()
+    target = logits.argmax(-1).tolist()
+    # the first `follow` draft tokens agree with the target, the rest are random (often a near miss)
+    draft = [target[i] if i < follow else int(torch.randint(0, vocab, (), generator=gen)) for i in range(k)]
+    want = verify_greedy(draft, logits)
+    assert verify_greedy_early_exit(draft, _rows(k + 1), _scorer(logits), vocab) == want
+
+
+def test_rows_after_a_rejection_leave_the_later_slices():
+    vocab, k = 64, 4
+    logits = torch.zeros(k + 1, vocab)
+    logits[:, 5] = 1.0  # the target wants token 5 everywhere
+    draft = [5, 9, 5, 5]  # row 1 rejects: 9 is beaten by token 5 in the first slice
+    calls: list[tuple[int, int, int]] = []
+    out = verify_greedy_early_exit(draft, _rows(k + 1), _scorer(logits, calls), vocab)
+    assert (out.num_accepted, out.next_token) == (1, 5)
+    slices = calls
+    assert slices[0][0] == k + 1 and all(rows == 2 for rows, _, _ in slices[1:])
+    assert [(a, b) for _, a, b in slices] == list(zip(slice_bounds(vocab), slice_bounds(vocab)[1:]))
+
+
+def test_plain_decoding_scores_the_head_in_one_call():
+    logits = torch.randn(1, 50)
+    calls: list[tuple[int, int, int]] = []
+    out = verify_greedy_early_exit([], _rows(1), _scorer(logits, calls), 50)
+    assert out.next_token == int(logits.argmax()) and calls == [(1, 0, 50)]
+
+
+def test_slices_cover_the_vocabulary_once():
+    for vocab in (2, 17, 262144):
+        b = slice_bounds(vocab)
+        assert b[0] == 0 and b[-1] == vocab and b == sorted(set(b))
+
+
+def test_runtime_slices_are_the_whole_heads_numbers(zoo):
+    """The exact runtime scores a vocabulary slice, or a single token, with the same bits as the whole head."""
+    from specdec.models.runtime import NativeRuntime
+
+    target = zoo.load("gemma3_text", "bfloat16")
+    runtime = NativeRuntime(target.decoder)
+    if not runtime.scores_head_slices:  # no AVX512-BF16 kernel here: the loop scores the whole head
+        return
+    hidden = torch.randn(5, target.decoder.arch.hidden_size, generator=torch.Generator().manual_seed(0))
+    hidden = hidden.to(torch.bfloat16)
+    full = target.decoder.logits(hidden)
+    vocab = full.shape[1]
+    for start, stop in [(0, vocab), (3, 40), (vocab - 7, vocab), (11, 12)]:
+        assert torch.equal(runtime.head_logits(hidden, slice(start, stop)), full[:, start:stop])
+        assert torch.equal(runtime.head_logits(hidden[2:3], slice(start, stop)), full[2:3, start:stop])
+    ids = torch.tensor([7, 0, vocab - 1, 7, 30])
+    assert torch.equal(runtime.head_logits(hidden, ids), full[:, ids])
