@@ -20,18 +20,18 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core; ~235 on both "
               "cores for the writing and WikiText-2 prompts, `--kinds writing,summarization,rag`)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run8 "
-              "--init-from drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 "
-              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --feature-cache data/feature-cache "
-              "--cache-budget-gb 16",
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run10 "
+              "--init-from out/train/eagle3-run9-step225 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 "
+              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
+              "--cache-budget-gb 20",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run3 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
               "--cache-budget-gb 12 --follow-data",
-    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run3 --init-from "
-           "drafters/gemma-3-270m-mtp --prompt-samples 4000 --max-steps 1200 --tokens-per-step 2048 --lr 3e-4 "
+    "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run5 --init-from "
+           "out/train/mtp-run4-step300 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 --lr 2.5e-4 "
            "--warmup-steps 10 --steps 3 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
-           "--cache-budget-gb 12 --follow-data",
+           "--cache-budget-gb 20",
     "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
                   "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
                   "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
@@ -42,7 +42,8 @@ COMMANDS = {
                  "`--resume --max-steps 540",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): drafters/<name>/training_stages.json, each
-# stage's command and the steps, tokens, wall time and data of its training_report.json
+# stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
+# stopped at a checkpoint, of its train_log.jsonl), and an optional note
 STAGES_FILE = "training_stages.json"
 
 
@@ -91,6 +92,8 @@ def stages(name: str, directory: Path, report: dict) -> list[str]:
                 f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['wall_seconds'] / 60:.1f} min wall "
                 f"time on {threads} of the 2-core CPU while other jobs shared it (target features computed once and "
                 f"cached). Data: {describe(st['data'])}.", ""]
+        if st.get("note"):
+            out[-1:-1] = ["", f"   {st['note']}"]
     return out
 
 
@@ -101,12 +104,21 @@ def inherited_vocab_note(directory: Path) -> str:
             "samples, which carry rarer tokens, did not rank it")
 
 
-def oov_note(val: dict) -> str:
+def oov_note(val: dict, context: bool) -> str:
     if "step_accuracy_counting_oov" not in val:
         return ""
     counted = ", ".join(f"{a:.2f}" for a in val["step_accuracy_counting_oov"])
-    return (f" (the draft vocabulary covers {val['draft_vocab_coverage']:.1%} of the held-out responses; counting "
+    reach = "the draft vocabulary plus the tokens already seen" if context else "the draft vocabulary"
+    return (f" ({reach} covers {val['draft_vocab_coverage']:.1%} of the held-out responses; counting "
             f"the rest as misses, the accuracy per step is {counted})")
+
+
+def scored_note(config: dict) -> str:
+    if config.get("specdec", {}).get("trained_with_context_vocab"):
+        return ("The last stage scored the sample's tokens outside the draft vocabulary too, once seen before the "
+                "draft's start, as `context_vocab` drafts at inference (`training/context_columns.py`); positions "
+                "whose next token is neither in the draft vocabulary nor seen yet are not scored")
+    return "Positions whose next token is outside the draft vocabulary are not scored, so a smaller vocabulary reads higher"
 
 
 def shrunk_note(config: dict) -> str:
@@ -147,9 +159,9 @@ def card(directory: Path) -> str:
         "## Training",
         *stages(name, directory, report),
         f"Held-out accuracy per draft step: {acc} (estimated chain acceptance length "
-        f"{val.get('estimated_chain_acceptance_length', '?')}). Positions whose next token is outside the draft "
-        "vocabulary are not scored, so a smaller vocabulary reads higher"
-        f"{oov_note(val)}, and the held-out responses come from the "
+        f"{val.get('estimated_chain_acceptance_length', '?')}). {scored_note(config)}"
+        f"{oov_note(val, bool(config.get('specdec', {}).get('trained_with_context_vocab')))}, and the held-out "
+        "responses come from the "
         "training mix (capped, often repetitive): the benchmark below is the figure to trust.",
         "",
         "## Measured (specdec bench, bfloat16, greedy, 128 new tokens, one run with every method)",
