@@ -16,6 +16,7 @@ import argparse
 import json
 from collections import defaultdict
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -46,6 +47,19 @@ def plain_outputs(llm: LLM, cache: Path, mt_limit: int) -> dict[str, list[dict]]
     return out
 
 
+def first_step_logits(drafter: Any, features: FeatureExtractor, head: torch.Tensor, full: list[int],
+                      prompt_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Teacher-forced first draft step over a response: (indices t [n], whole-vocabulary logits [n, V]),
+    index t predicting full[t + 2] after the context full[: t + 2]."""
+    feats = features.compute(full)
+    with torch.no_grad():
+        h = drafter.fuse(torch.cat([feats.hidden[i] for i in drafter.config.aux_layer_ids], -1).float())
+        n = len(full) - 1
+        h = drafter.train_unrolled(h[:n], torch.tensor(full[1:]), torch.arange(n), [], [])
+        rows = torch.arange(prompt_len - 2, len(full) - 2)
+        return rows, torch.nn.functional.linear(drafter.norm(h[rows]).to(head.dtype), head).float()
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("drafter", nargs="?", default="gemma-3-270m-eagle3")
@@ -64,13 +78,7 @@ def main() -> None:
         agg: dict[str, list[int]] = defaultdict(lambda: [0] * 6)
         for r in rows:
             full = r["prompt"] + r["response"]
-            p_len, t_len = len(r["prompt"]), len(full)
-            feats = features.compute(full)
-            with torch.no_grad():
-                h = d.fuse(torch.cat([feats.hidden[i] for i in d.config.aux_layer_ids], -1).float())
-                h = d.train_unrolled(h[: t_len - 1], torch.tensor(full[1:]), torch.arange(t_len - 1), [], [])
-                rows_t = torch.arange(p_len - 2, t_len - 2)  # index t predicts full[t + 2]
-                logits = torch.nn.functional.linear(d.norm(h[rows_t]).to(head.dtype), head).float()
+            rows_t, logits = first_step_logits(d, features, head, full, len(r["prompt"]))
             a = agg[r["category"]]
             for k, t in enumerate(rows_t.tolist()):
                 want, lg, seen = full[t + 2], logits[k], set(full[: t + 2])

@@ -21,6 +21,8 @@ import torch
 from specdec.api import LLM
 from specdec.training.features import FeatureExtractor
 
+from context_vocab_accuracy import first_step_logits  # scripts/ is on sys.path when a script here runs
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -46,13 +48,8 @@ def main() -> None:
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # copy hits, copy n, other hits, other n
     for r in json.loads(Path(args.cache).read_text())["other_kinds"]:
         full = r["prompt"] + r["response"]
-        p_len, t_len = len(r["prompt"]), len(full)
-        feats = features.compute(full)
-        with torch.no_grad():
-            h = d.fuse(torch.cat([feats.hidden[i] for i in d.config.aux_layer_ids], -1).float())
-            h = d.train_unrolled(h[: t_len - 1], torch.tensor(full[1:]), torch.arange(t_len - 1), [], [])
-            rows = torch.arange(p_len - 2, t_len - 2)  # index t predicts full[t + 2]
-            best = torch.nn.functional.linear(d.norm(h[rows]).to(head.dtype), head).argmax(-1).tolist()
+        rows, logits = first_step_logits(d, features, head, full, len(r["prompt"]))
+        best = logits.argmax(-1).tolist()
         c = counts[r["category"]]
         for k, t in enumerate(rows.tolist()):
             want = full[t + 2]

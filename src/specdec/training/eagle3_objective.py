@@ -18,7 +18,7 @@ from specdec.drafting.eagle3_model import Eagle3Config, Eagle3Drafter
 from specdec.models.loading import LoadedModel
 from specdec.training.context_columns import context_columns
 from specdec.training.features import SampleFeatures
-from specdec.training.labels import scored_labels
+from specdec.training.labels import targets_and_labels
 from specdec.training.trainer import StepMetrics
 
 
@@ -71,7 +71,6 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     extra = context_columns(ids, t2d_index, context_head) if context_head is not None else None
     with torch.no_grad():  # the target's logits over the draft vocab at those positions
         target_logits = drafter.draft_logits_from_normed(feats.final_hidden[first : T - 1])
-    target_p = None if extra is not None else torch.softmax(target_logits, dim=-1)
     past_k: list[torch.Tensor] = []
     past_v: list[torch.Tensor] = []
     total = torch.zeros((), dtype=torch.float32)
@@ -87,16 +86,9 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             counted.append(0)
             continue
         rows = torch.arange(lo, hi)
-        if extra is None:
-            assert target_p is not None
-            p = target_p[rows + 1 + j - first]
-        else:
-            with torch.no_grad():
-                at = rows + 1 + j
-                p = torch.softmax(extra.extend(target_logits[at - first], feats.final_hidden[at], rows + 1), dim=-1)
-        labels = scored_labels(ids, rows + 2 + j, prompt_len, t2d_index, p, score_prompt)
-        if extra is not None:
-            labels = extra.labels(ids[rows + 2 + j], labels, rows + 1)
+        at = rows + 1 + j  # the positions whose target distribution predicts the labels
+        p, labels = targets_and_labels(target_logits[at - first], feats.final_hidden[at], ids, rows + 2 + j, rows + 1,
+                                       prompt_len, t2d_index, extra, None, score_prompt)
         valid = labels >= 0
         rows, labels, p = rows[valid], labels[valid], p[valid]
         counted.append(int(rows.numel()))

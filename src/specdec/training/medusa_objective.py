@@ -18,7 +18,7 @@ import torch.nn.functional as F
 from specdec.drafting.medusa_model import TOP_K, MedusaHeads
 from specdec.drafting.vocab_map import head_logits
 from specdec.training.context_columns import context_columns
-from specdec.training.labels import scored_labels
+from specdec.training.labels import targets_and_labels
 from specdec.training.trainer import StepMetrics
 
 
@@ -46,14 +46,9 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
     ranks = torch.zeros(c.num_heads, TOP_K + 1, dtype=torch.long)
     for k in range(c.num_heads):
         rows = torch.arange(max(first - 1 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
-        with torch.no_grad():
-            logits_t = target_logits[rows + 1 + k - first]
-            if extra is not None:
-                logits_t = extra.extend(logits_t, final_hidden[rows + 1 + k], rows + 1, c.logit_softcap)
-            p = torch.softmax(logits_t, dim=-1)
-        labels = scored_labels(ids, rows + 2 + k, prompt_len, t2d_index, p, score_prompt)
-        if extra is not None:
-            labels = extra.labels(ids[rows + 2 + k], labels, rows + 1)
+        p, labels = targets_and_labels(target_logits[rows + 1 + k - first], final_hidden[rows + 1 + k], ids,
+                                       rows + 2 + k, rows + 1, prompt_len, t2d_index, extra, c.logit_softcap,
+                                       score_prompt)
         valid = labels >= 0
         rows, labels, p = rows[valid], labels[valid], p[valid]
         counted.append(int(rows.numel()))

@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from specdec.drafting.mtp_model import MTPDrafter, unroll
 from specdec.drafting.vocab_map import head_logits
 from specdec.training.context_columns import context_columns
-from specdec.training.labels import scored_labels
+from specdec.training.labels import targets_and_labels
 from specdec.training.trainer import StepMetrics
 
 
@@ -46,14 +46,8 @@ def mtp_loss(drafter: MTPDrafter, ids: torch.Tensor, prompt_len: int, final_hidd
     correct, counted = [], []
     for k, h in enumerate(states, start=1):
         rows = torch.arange(max(first - k, 0), h.shape[0])  # label index i + k + 1 >= first + 1
-        with torch.no_grad():
-            logits_t = target_logits[rows + k - first]
-            if extra is not None:
-                logits_t = extra.extend(logits_t, final_hidden[rows + k], rows + 1, softcap)
-            p = torch.softmax(logits_t, dim=-1)
-        labels = scored_labels(ids, rows + k + 1, prompt_len, t2d_index, p, score_prompt)
-        if extra is not None:
-            labels = extra.labels(ids[rows + k + 1], labels, rows + 1)
+        p, labels = targets_and_labels(target_logits[rows + k - first], final_hidden[rows + k], ids, rows + k + 1,
+                                       rows + 1, prompt_len, t2d_index, extra, softcap, score_prompt)
         valid = labels >= 0
         rows, labels, p = rows[valid], labels[valid], p[valid]
         counted.append(int(rows.numel()))
