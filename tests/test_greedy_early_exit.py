@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from specdec.verification import verify_greedy
+from specdec.verification import verify_greedy, verify_tree_greedy
 from specdec.verification.greedy_early_exit import slice_bounds, verify_greedy_early_exit
 
 
@@ -40,6 +40,40 @@ def test_equals_verify_greedy(k, vocab, levels, seed, follow):
     draft = [target[i] if i < follow else int(torch.randint(0, vocab, (), generator=gen)) for i in range(k)]
     want = verify_greedy(draft, logits)
     assert verify_greedy_early_exit(draft, _rows(k + 1), _scorer(logits), vocab) == want
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    n=st.integers(1, 12),
+    vocab=st.integers(2, 40),
+    levels=st.integers(1, 4),
+    seed=st.integers(0, 2**31 - 1),
+)
+def test_trees_equal_verify_tree_greedy(n, vocab, levels, seed):
+    gen = torch.Generator().manual_seed(seed)
+    logits = torch.randint(0, levels, (n + 1, vocab), generator=gen).float()
+    target = logits.argmax(-1).tolist()
+    parents: list[int] = []
+    draft: list[int] = []
+    for i in range(n):  # random shape; a node takes its parent row's argmax half the time (repeats included)
+        p = int(torch.randint(-1, i, (), generator=gen)) if i else -1
+        parents.append(p)
+        agree = bool(torch.rand((), generator=gen) < 0.5)
+        draft.append(target[p + 1] if agree else int(torch.randint(0, vocab, (), generator=gen)))
+    want = verify_tree_greedy(draft, parents, logits)
+    assert verify_greedy_early_exit(draft, _rows(n + 1), _scorer(logits), vocab, parents=parents) == want
+
+
+def test_a_rejected_nodes_subtree_leaves_the_later_slices():
+    vocab = 64
+    parents = [-1, -1, 1, 0]  # node 1 (token 9) is rejected at the root; node 2 is its child
+    draft = [5, 9, 5, 5]
+    logits = torch.zeros(len(draft) + 1, vocab)
+    logits[:, 5] = 1.0
+    calls: list[tuple[int, int, int]] = []
+    out = verify_greedy_early_exit(draft, _rows(5), _scorer(logits, calls), vocab, parents=parents)
+    assert (out.num_accepted, out.path, out.next_token) == (2, (0, 3), 5)
+    assert calls[0][0] == 5 and all(rows == 3 for rows, _, _ in calls[1:])  # root, node 0, node 3
 
 
 def test_rows_after_a_rejection_leave_the_later_slices():

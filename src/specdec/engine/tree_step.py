@@ -11,6 +11,7 @@ from specdec.drafting.tree import prune_to_depth
 from specdec.models.runtime import ForwardResult, ModelRuntime
 from specdec.sampling_params import SamplingParams
 from specdec.verification import Verification, sampling_probs, verify_tree_greedy, verify_tree_sampling
+from specdec.verification.greedy_early_exit import verify_greedy_early_exit
 
 
 def _verify_tree(
@@ -58,9 +59,15 @@ def tree_step(
     tree, kept = prune_to_depth(draft, room)
     assert tree.parents is not None
     parents = [-1, *(p + 1 for p in tree.parents)]
-    verified = runtime.forward([token, *tree.tokens], parents=parents, capture=capture)
-    assert verified.logits is not None
-    outcome = _verify_tree(tree, verified.logits, params, generator)
+    if params.greedy and runtime.scores_head_slices:  # only the rows of nodes not yet known rejected
+        verified = runtime.forward([token, *tree.tokens], parents=parents, capture=capture, logit_rows=None)
+        assert verified.final_hidden is not None
+        outcome = verify_greedy_early_exit(tree.tokens, verified.final_hidden, runtime.head_logits,
+                                           runtime.vocab_size, parents=tree.parents)
+    else:
+        verified = runtime.forward([token, *tree.tokens], parents=parents, capture=capture)
+        assert verified.logits is not None
+        outcome = _verify_tree(tree, verified.logits, params, generator)
     runtime.commit([0, *(i + 1 for i in outcome.path)])
     if len(kept) < len(draft):
         verified = _rows_at(verified, kept, len(draft))

@@ -1,15 +1,18 @@
-"""Greedy chain verification that scores the vocabulary in slices and drops rows that can no longer matter.
+"""Greedy verification (chains and trees) that scores the vocabulary in slices and drops rows that can no
+longer matter.
 
-Verifying K draft tokens needs the target's argmax at K + 1 rows, and on a CPU the LM head over a large
-vocabulary (Gemma: 262k x 640) is much of a forward: one row is bound by reading the head's weights, every
-further row adds compute. But only the rows up to the first rejection are ever used. Scoring the
-vocabulary slice by slice, a row is known to be rejected as soon as some token beats the draft token's own
-logit; the rows after it are then dropped from the remaining slices. Rows that are kept (the accepted ones,
-and the first rejected one, whose argmax is the next token) still see every slice.
+Verifying a draft needs the target's argmax at every row, and on a CPU the LM head over a large vocabulary
+(Gemma: 262k x 640) is much of a forward: one row is bound by reading the head's weights, every further
+row adds compute. But only the rows on the kept path are ever used. Scoring the vocabulary slice by slice,
+a draft node is known to be rejected as soon as some token beats the node's own logit at its parent's row;
+the rows of that node and of its whole subtree are then dropped from the remaining slices (in a chain:
+every row after the first rejection). Rows still alive at the end (the kept path among them) see every
+slice.
 
-The result is exactly `verify_greedy` on the full logits: every logit is the same number (the runtime
-scores a slice with the same per-element arithmetic as the whole head), the argmax keeps the first index
-among equal maxima, as torch's does, and a row is rejected only when its argmax cannot be the draft token.
+The result is exactly `verify_tree_greedy` (and for a chain `verify_greedy`) on the full logits: every
+logit is the same number (the runtime scores a slice with the same per-element arithmetic as the whole
+head), the argmax keeps the first index among equal maxima, as torch's does, and a node is dropped only
+when its parent's argmax cannot be its token.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from collections.abc import Callable, Sequence
 import torch
 
 from specdec.verification.result import Verification
+from specdec.verification.tree import tree_children
 
 # Slice boundaries as fractions of the vocabulary: small first slices find most rejections (a wrong draft
 # token is usually beaten by many tokens), the big last ones stream the rest with fewer calls.
@@ -33,35 +37,64 @@ def slice_bounds(vocab_size: int) -> list[int]:
     return [b for b in bounds if 0 <= b <= vocab_size]
 
 
+def _candidates(tokens: Sequence[int], children: list[list[int]]) -> list[bool]:
+    """Siblings repeating a token are one candidate: only the first (and its subtree) can ever be kept."""
+    out = [False] * len(tokens)
+    for nodes in children:
+        seen: set[int] = set()
+        for n in nodes:
+            out[n] = tokens[n] not in seen
+            seen.add(tokens[n])
+    return out
+
+
 def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_logits: HeadLogits,
-                             vocab_size: int) -> Verification:
-    """`hidden` [k + 1, H]: the final-normed states of the verified rows (row i scores the token after draft
-    token i - 1); `head_logits` scores any rows over any vocabulary columns."""
-    k = len(draft)
-    if hidden.shape[0] != k + 1:
-        raise ValueError(f"need {k + 1} rows of hidden states for {k} draft tokens")
-    if k == 0:  # plain decoding: one row, one call over the whole head
+                             vocab_size: int, parents: Sequence[int] | None = None) -> Verification:
+    """`hidden` [n + 1, H]: the final-normed states of the verified rows (row 0 scores the token after the
+    root, row i + 1 the token after draft node i); `parents` as in verification/tree.py (None: a chain);
+    `head_logits` scores any rows over any vocabulary columns."""
+    n = len(draft)
+    if hidden.shape[0] != n + 1:
+        raise ValueError(f"need {n + 1} rows of hidden states for {n} draft tokens")
+    if n == 0:  # plain decoding: one row, one call over the whole head
         return Verification(num_accepted=0, next_token=int(head_logits(hidden, slice(0, vocab_size))[0].argmax()))
+    parents = list(range(-1, n - 1)) if parents is None else list(parents)
+    if len(parents) != n:
+        raise ValueError(f"{len(parents)} parents for {n} draft tokens")
+    children = tree_children(parents)
+    candidate = _candidates(draft, children)
     device = hidden.device
     drafted = torch.as_tensor(list(draft), dtype=torch.long, device=device)
-    # each draft token's own logit at its row: the bar every other token of that row must not beat
-    own = head_logits(hidden[:k], drafted).diagonal()
-    best_value = torch.full((k + 1,), float("-inf"), device=device)
-    best_index = torch.zeros(k + 1, dtype=torch.long, device=device)
-    live = k + 1  # rows 0..live-1 still matter
+    parent_row = torch.as_tensor([p + 1 for p in parents], dtype=torch.long, device=device)
+    # each node's own logit at its parent's row: the bar every other token of that row must not beat
+    own = head_logits(hidden[parent_row], drafted).diagonal()
+    best_value = torch.full((n + 1,), float("-inf"), device=device)
+    best_index = torch.zeros(n + 1, dtype=torch.long, device=device)
+    dead = [not c for c in candidate]
+    for i, p in enumerate(parents):  # topological order: a parent is settled before its children
+        dead[i] = dead[i] or (p >= 0 and dead[p])
+    rows = torch.as_tensor([0, *(i + 1 for i in range(n) if not dead[i])], device=device)
     bounds = slice_bounds(vocab_size)
     for start, stop in zip(bounds, bounds[1:]):
-        logits = head_logits(hidden[:live], slice(start, stop))
+        logits = head_logits(hidden[rows], slice(start, stop))
         index = logits.argmax(dim=-1)
         value = logits.gather(1, index[:, None])[:, 0]
-        better = value > best_value[:live]  # strictly: an earlier slice keeps a tie, as argmax does
-        best_value[:live] = torch.where(better, value, best_value[:live])
-        best_index[:live] = torch.where(better, index + start, best_index[:live])
-        n = min(live, k)
-        rejected = (best_value[:n] > own[:n]) | ((best_value[:n] == own[:n]) & (best_index[:n] < drafted[:n]))
-        if bool(rejected.any()):
-            live = int(rejected.nonzero()[0, 0]) + 1  # the first rejected row is the last one that matters
-    accepted = 0
-    while accepted < k and int(best_index[accepted]) == draft[accepted]:
-        accepted += 1
-    return Verification(num_accepted=accepted, next_token=int(best_index[accepted]))
+        better = value > best_value[rows]  # strictly: an earlier slice keeps a tie, as argmax does
+        best_value[rows] = torch.where(better, value, best_value[rows])
+        best_index[rows] = torch.where(better, index + start, best_index[rows])
+        bar, bar_index = best_value[parent_row], best_index[parent_row]
+        rejected = ((bar > own) | ((bar == own) & (bar_index < drafted))).tolist()
+        before = sum(dead)
+        for i, p in enumerate(parents):
+            dead[i] = dead[i] or rejected[i] or (p >= 0 and dead[p])
+        if sum(dead) != before:
+            rows = torch.as_tensor([0, *(i + 1 for i in range(n) if not dead[i])], device=device)
+    target = best_index.tolist()  # exact at every row still alive, and the walk below visits only those
+    path: list[int] = []
+    row = 0
+    while True:
+        match = next((c for c in children[row] if candidate[c] and draft[c] == target[row]), None)
+        if match is None:
+            return Verification(num_accepted=len(path), next_token=target[row], path=tuple(path))
+        path.append(match)
+        row = match + 1
