@@ -24,10 +24,10 @@ COMMANDS = {
               "--init-from out/train/eagle3-run9-step225 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 "
               "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
               "--cache-budget-gb 20",
-    "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run3 --init-from "
-              "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 --lr 5e-4 "
+    "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
+              "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1500 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
-              "--cache-budget-gb 12 --follow-data",
+              "--cache-budget-gb 20",
     "mtp": "specdec train mtp --data data/gemma-3-270m-distill --output out/train/mtp-run5 --init-from "
            "out/train/mtp-run4-step300 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 --lr 2.5e-4 "
            "--warmup-steps 10 --steps 3 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
