@@ -15,10 +15,13 @@ CONFIGS='[
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 8, "confidence_threshold": 0.45},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "tree_top_k": 3, "tree_num_draft_tokens": 10},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "tree_top_k": 2, "tree_num_draft_tokens": 6, "confidence_threshold": 0.3},
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "tree_top_k": 3, "tree_num_draft_tokens": 8, "confidence_threshold": 0.3},
  {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}},
  {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 10},
+ {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 4},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 3, "confidence_threshold": 0.5},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 5, "confidence_threshold": 0.4},
+ {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'

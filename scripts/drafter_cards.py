@@ -20,9 +20,9 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core; ~235 on both "
               "cores for the writing and WikiText-2 prompts, `--kinds writing,summarization,rag`)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run10 "
-              "--init-from out/train/eagle3-run9-step225 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 "
-              "--lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
+    "eagle3": "specdec train eagle3 --data data/gemma-3-270m-distill --output out/train/eagle3-run11 --init-from "
+              "drafters/gemma-3-270m-eagle3 --prompt-samples 4000 --max-steps 1000 --tokens-per-step 2048 --lr 1e-4 "
+              "--warmup-steps 20 --checkpoint-every 25 --threads 1 --feature-cache data/feature-cache "
               "--cache-budget-gb 20",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1500 --tokens-per-step 2048 --lr 5e-4 "
