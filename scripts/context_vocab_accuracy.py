@@ -30,6 +30,13 @@ SETS = {"mt_bench": ROOT.parent / "shared/data/eval/mt_bench/question.jsonl",
         "other_kinds": ROOT / "benchmarks/prompts/other_kinds.jsonl"}
 
 
+def target_and_proposer(method: str, drafter: str) -> tuple[LLM, Any]:
+    """The default target (plain decoding) and the proposer of `drafter` loaded over the same weights."""
+    plain = LLM("gemma-3-270m")
+    spec = LLM("gemma-3-270m", speculative_config={"method": method, "model": drafter}, loaded=plain.model)
+    return plain, spec.proposer
+
+
 def plain_outputs(llm: LLM, cache: Path, mt_limit: int) -> dict[str, list[dict]]:
     if cache.is_file():
         return json.loads(cache.read_text())
@@ -66,9 +73,8 @@ def main() -> None:
     ap.add_argument("--mt-limit", type=int, default=10)
     ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))
     args = ap.parse_args()
-    plain = LLM("gemma-3-270m")
-    spec = LLM("gemma-3-270m", speculative_config={"method": "eagle3", "model": args.drafter}, loaded=plain.model)
-    d = spec.proposer.drafter
+    plain, proposer = target_and_proposer("eagle3", args.drafter)
+    d = proposer.drafter
     head = plain.model.decoder.head_weight()
     static = d.draft_ids()
     static_set = set(static.tolist())

@@ -5,23 +5,21 @@ occurred earlier and were followed by the token the target wrote) and the rest, 
 
     .venv/bin/python scripts/copy_accuracy.py [DRAFTER]
 
-Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; run it first).
+Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; made if missing).
 Diagnostic only: nothing here is trained on.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from collections import defaultdict
 from pathlib import Path
 
 import torch
 
-from specdec.api import LLM
 from specdec.training.features import FeatureExtractor
 
-from context_vocab_accuracy import first_step_logits  # scripts/ is on sys.path when a script here runs
+from context_vocab_accuracy import first_step_logits, plain_outputs, target_and_proposer  # scripts/ on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -40,13 +38,12 @@ def main() -> None:
     ap.add_argument("drafter", nargs="?", default="gemma-3-270m-eagle3")
     ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))
     args = ap.parse_args()
-    plain = LLM("gemma-3-270m")
-    spec = LLM("gemma-3-270m", speculative_config={"method": "eagle3", "model": args.drafter}, loaded=plain.model)
-    d = spec.proposer.drafter
+    plain, proposer = target_and_proposer("eagle3", args.drafter)
+    d = proposer.drafter
     head = plain.model.decoder.head_weight()
     features = FeatureExtractor(plain.model, d.config.aux_layer_ids)
     counts: dict[str, list[int]] = defaultdict(lambda: [0, 0, 0, 0])  # copy hits, copy n, other hits, other n
-    for r in json.loads(Path(args.cache).read_text())["other_kinds"]:
+    for r in plain_outputs(plain, Path(args.cache), mt_limit=10)["other_kinds"]:
         full = r["prompt"] + r["response"]
         rows, logits = first_step_logits(d, features, head, full, len(r["prompt"]))
         best = logits.argmax(-1).tolist()

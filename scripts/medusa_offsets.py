@@ -6,7 +6,7 @@ matches d = 1 only repeats what the target's own head already knows.
 
     .venv/bin/python scripts/medusa_offsets.py [DRAFTER] [--train-samples 40]
 
-Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; run it first).
+Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; made if missing).
 Diagnostic only: nothing here is trained on.
 """
 
@@ -18,10 +18,9 @@ from pathlib import Path
 
 import torch
 
-from specdec.api import LLM
 from specdec.training.features import FeatureExtractor
 
-from context_vocab_accuracy import plain_outputs  # scripts/ is on sys.path when a script here runs
+from context_vocab_accuracy import plain_outputs, target_and_proposer  # scripts/ is on sys.path when a script here runs
 
 ROOT = Path(__file__).resolve().parents[1]
 OFFSETS = range(1, 6)
@@ -57,9 +56,8 @@ def main() -> None:
     ap.add_argument("--data", default=str(ROOT / "data/gemma-3-270m-distill/samples.jsonl"))
     ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))
     args = ap.parse_args()
-    plain = LLM("gemma-3-270m")
-    spec = LLM("gemma-3-270m", speculative_config={"method": "medusa", "model": args.drafter}, loaded=plain.model)
-    heads = spec.proposer.heads.float()
+    plain, proposer = target_and_proposer("medusa", args.drafter)
+    heads = proposer.heads.float()
     heads.attach_target(plain.model.decoder.head_weight().float())
     features = FeatureExtractor(plain.model, ())
     sets = plain_outputs(plain, Path(args.cache), args.mt_limit)

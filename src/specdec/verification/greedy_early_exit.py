@@ -48,6 +48,17 @@ def _candidates(tokens: Sequence[int], children: list[list[int]]) -> list[bool]:
     return out
 
 
+def _settle(dead: list[bool], parents: Sequence[int], rejected: Sequence[bool]) -> bool:
+    """Marks rejected nodes and every descendant of a dead node dead (parents come before children);
+    returns whether anything changed."""
+    changed = False
+    for i, p in enumerate(parents):
+        now = dead[i] or rejected[i] or (p >= 0 and dead[p])
+        changed |= now != dead[i]
+        dead[i] = now
+    return changed
+
+
 def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_logits: HeadLogits,
                              vocab_size: int, parents: Sequence[int] | None = None) -> Verification:
     """`hidden` [n + 1, H]: the final-normed states of the verified rows (row 0 scores the token after the
@@ -70,9 +81,8 @@ def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_lo
     own = head_logits(hidden[parent_row], drafted).diagonal()
     best_value = torch.full((n + 1,), float("-inf"), device=device)
     best_index = torch.zeros(n + 1, dtype=torch.long, device=device)
-    dead = [not c for c in candidate]
-    for i, p in enumerate(parents):  # topological order: a parent is settled before its children
-        dead[i] = dead[i] or (p >= 0 and dead[p])
+    dead = [False] * n
+    _settle(dead, parents, [not c for c in candidate])
     rows = torch.as_tensor([0, *(i + 1 for i in range(n) if not dead[i])], device=device)
     bounds = slice_bounds(vocab_size)
     for start, stop in zip(bounds, bounds[1:]):
@@ -84,10 +94,7 @@ def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_lo
         best_index[rows] = torch.where(better, index + start, best_index[rows])
         bar, bar_index = best_value[parent_row], best_index[parent_row]
         rejected = ((bar > own) | ((bar == own) & (bar_index < drafted))).tolist()
-        before = sum(dead)
-        for i, p in enumerate(parents):
-            dead[i] = dead[i] or rejected[i] or (p >= 0 and dead[p])
-        if sum(dead) != before:
+        if _settle(dead, parents, rejected):
             rows = torch.as_tensor([0, *(i + 1 for i in range(n) if not dead[i])], device=device)
     target = best_index.tolist()  # exact at every row still alive, and the walk below visits only those
     path: list[int] = []
