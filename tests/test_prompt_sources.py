@@ -70,3 +70,15 @@ def test_wiki_prompts_skip_held_out_articles(tmp_path):
     assert {p.kind for p in prompts} == {"summarization", "rag"}
     rag = [p.turns[0] for p in prompts if p.kind == "rag"]
     assert rag and all(t.count("Passage ") == 3 and "\n\nQuestion: " in t for t in rag)
+
+
+def test_read_samples_reads_a_gzipped_data_set(tmp_path):
+    import gzip
+
+    rows = [{"id": "a", "kind": "chat", "prompt_ids": [1, 2], "response_ids": [3]},
+            {"id": "b", "kind": "rag", "prompt_ids": [4], "response_ids": [5, 6]}]
+    with gzip.open(tmp_path / "samples.jsonl.gz", "wt", encoding="utf-8") as f:
+        f.write("".join(json.dumps(r) + "\n" for r in rows) + '{"id": "cut')  # an interrupted last line
+    assert [(s.id, s.response_ids) for s in read_samples(tmp_path)] == [("a", [3]), ("b", [5, 6])]
+    with pytest.raises(FileNotFoundError, match="data generate"):
+        read_samples(tmp_path / "missing")

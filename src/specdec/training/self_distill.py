@@ -10,6 +10,7 @@ With `batch_size` > 1 the prompts go through transformers' batched `generate` in
 
 from __future__ import annotations
 
+import gzip
 import json
 import time
 from collections.abc import Collection
@@ -23,6 +24,7 @@ from specdec.bench.prompts import render_prompt
 from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, TrainPrompt, build_prompts
 
 SAMPLES_FILE = "samples.jsonl"
+PACKED_SAMPLES_FILE = "samples.jsonl.gz"  # a finished data set as committed to the repository
 META_FILE = "meta.json"
 
 
@@ -45,12 +47,13 @@ class Sample:
 
 
 def read_samples(data_dir: Path) -> list[Sample]:
-    """Complete records of a data directory (a line cut by an interrupted run is ignored)."""
-    path = Path(data_dir) / SAMPLES_FILE
-    if not path.is_file():
+    """Complete records of a data directory (a line cut by an interrupted run is ignored): `samples.jsonl`,
+    or else its gzipped copy `samples.jsonl.gz`."""
+    path, packed = Path(data_dir) / SAMPLES_FILE, Path(data_dir) / PACKED_SAMPLES_FILE
+    if not path.is_file() and not packed.is_file():
         raise FileNotFoundError(f"no {SAMPLES_FILE} in {data_dir}: run `specdec data generate` first")
     samples = []
-    with path.open(encoding="utf-8") as f:
+    with (path.open(encoding="utf-8") if path.is_file() else gzip.open(packed, "rt", encoding="utf-8")) as f:
         for line in f:
             try:
                 d = json.loads(line)
