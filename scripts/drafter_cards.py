@@ -21,9 +21,10 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core; ~235 on both "
               "cores for the writing and WikiText-2 prompts, `--kinds writing,summarization,rag`)")
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data datasets/gemma-3-270m-distill-128 --output out/train/eagle3-s16b --init-"
-              "from drafters/gemma-3-270m-eagle3 --max-steps 700 --tokens-per-step 2048 --warmup-steps 20 --checkpo"
-              "int-every 25 --threads 1 --max-seq-len 1280 --cache-budget-gb 12 --lr 5e-5 --feature-cache data/fc-b",
+    "eagle3": "specdec train eagle3 --data datasets/gemma-3-270m-distill-128 --output out/train/eagle3-s16b "
+              "--init-from drafters/gemma-3-270m-eagle3 --max-steps 700 --tokens-per-step 2048 --warmup-steps 20 "
+              "--checkpoint-every 25 --threads 1 --max-seq-len 1280 --cache-budget-gb 12 --lr 5e-5 --feature-cache "
+              "data/fc-b",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1500 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
