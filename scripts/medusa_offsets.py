@@ -13,12 +13,12 @@ Diagnostic only: nothing here is trained on.
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import torch
 
 from specdec.training.features import FeatureExtractor
+from specdec.training.self_distill import read_samples
 
 from context_vocab_accuracy import plain_outputs, target_and_proposer  # scripts/ is on sys.path when a script here runs
 
@@ -52,8 +52,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("drafter", nargs="?", default="gemma-3-270m-medusa")
     ap.add_argument("--mt-limit", type=int, default=10)
-    ap.add_argument("--train-samples", type=int, default=40, help="generated samples, spread over the data file")
-    ap.add_argument("--data", default=str(ROOT / "data/gemma-3-270m-distill/samples.jsonl"))
+    ap.add_argument("--train-samples", type=int, default=40, help="generated samples, spread over the data set")
+    ap.add_argument("--data", default=str(ROOT / "datasets/gemma-3-270m-distill-128"), help="a data directory")
     ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))
     args = ap.parse_args()
     plain, proposer = target_and_proposer("medusa", args.drafter)
@@ -61,11 +61,11 @@ def main() -> None:
     heads.attach_target(plain.model.decoder.head_weight().float())
     features = FeatureExtractor(plain.model, ())
     sets = plain_outputs(plain, Path(args.cache), args.mt_limit)
-    lines = Path(args.data).read_text().splitlines() if Path(args.data).is_file() else []
-    if lines and args.train_samples:
-        step = max(len(lines) // args.train_samples, 1)
-        samples = [json.loads(x) for x in lines[::step][: args.train_samples]]
-        sets["training samples"] = [{"prompt": s["prompt_ids"], "response": s["response_ids"]} for s in samples]
+    if args.train_samples:
+        samples = read_samples(Path(args.data))
+        step = max(len(samples) // args.train_samples, 1)
+        sets["training samples"] = [{"prompt": s.prompt_ids, "response": s.response_ids}
+                                    for s in samples[::step][: args.train_samples]]
     print("set               head  " + "  ".join(f"i+{d}" for d in OFFSETS) + "   (trained for i+k+2)")
     for name, rows in sets.items():
         table = agreement(heads, features, rows)

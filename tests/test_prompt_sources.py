@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import random
 
@@ -73,8 +74,6 @@ def test_wiki_prompts_skip_held_out_articles(tmp_path):
 
 
 def test_read_samples_reads_a_gzipped_data_set(tmp_path):
-    import gzip
-
     rows = [{"id": "a", "kind": "chat", "prompt_ids": [1, 2], "response_ids": [3]},
             {"id": "b", "kind": "rag", "prompt_ids": [4], "response_ids": [5, 6]}]
     with gzip.open(tmp_path / "samples.jsonl.gz", "wt", encoding="utf-8") as f:
@@ -82,3 +81,5 @@ def test_read_samples_reads_a_gzipped_data_set(tmp_path):
     assert [(s.id, s.response_ids) for s in read_samples(tmp_path)] == [("a", [3]), ("b", [5, 6])]
     with pytest.raises(FileNotFoundError, match="data generate"):
         read_samples(tmp_path / "missing")
+    with pytest.raises(ValueError, match="unpack it first"):  # generating here would hide the packed set
+        generate_data(DistillSettings(target="unused"), tmp_path, progress=False)

@@ -51,7 +51,7 @@ def read_samples(data_dir: Path) -> list[Sample]:
     or else its gzipped copy `samples.jsonl.gz`."""
     path, packed = Path(data_dir) / SAMPLES_FILE, Path(data_dir) / PACKED_SAMPLES_FILE
     if not path.is_file() and not packed.is_file():
-        raise FileNotFoundError(f"no {SAMPLES_FILE} in {data_dir}: run `specdec data generate` first")
+        raise FileNotFoundError(f"no {SAMPLES_FILE} (or {PACKED_SAMPLES_FILE}) in {data_dir}: run `specdec data generate` first")
     samples = []
     with (path.open(encoding="utf-8") if path.is_file() else gzip.open(packed, "rt", encoding="utf-8")) as f:
         for line in f:
@@ -104,8 +104,11 @@ def generate_data(
 
     output = Path(output)
     output.mkdir(parents=True, exist_ok=True)
-    _check_meta(output, settings)
     path = output / SAMPLES_FILE
+    if not path.is_file() and (output / PACKED_SAMPLES_FILE).is_file():  # a new samples.jsonl would hide it
+        raise ValueError(f"{output} holds a packed data set ({PACKED_SAMPLES_FILE}); to extend it, unpack it first "
+                         f"(gunzip -k {output / PACKED_SAMPLES_FILE})")
+    _check_meta(output, settings)
     _repair_tail(path)
     done = {s.id for s in read_samples(output)} if path.is_file() else set()
     if prompts is None:
