@@ -86,3 +86,18 @@ def test_init_from_refuses_a_different_shape(zoo, tmp_path, method, shape):
     start_dir = make(target, tmp_path / "start", draft_vocab_size=100, seed=3)
     with pytest.raises(ValueError, match="fixes the drafter's shape"):
         objective(target, greedy_samples(target, 2), options(init_from=start_dir, **shape), None, 0)
+
+
+def test_medusa_init_from_grows_deeper_heads_that_start_as_the_saved_ones(zoo, tmp_path):
+    target = zoo.load("bigram")
+    start_dir = make_random_medusa(target, tmp_path / "start", draft_vocab_size=100, seed=3, num_layers=1)
+    samples = greedy_samples(target, 2)
+    start, _ = load_medusa(start_dir, target)
+    deeper = MedusaObjective(target, samples, MedusaTrainOptions(init_from=start_dir, num_layers=3), None, 0).model
+    assert deeper.config.num_layers == 3
+    h = torch.randn(5, start.config.hidden_size)
+    for k in range(start.config.num_heads):  # the added ResBlocks are the identity until trained
+        assert torch.equal(deeper.head_state(k, h), start.head_state(k, h))
+    with pytest.raises(ValueError, match="can only grow"):
+        two = make_random_medusa(target, tmp_path / "two", draft_vocab_size=100, seed=3, num_layers=2)
+        MedusaObjective(target, samples, MedusaTrainOptions(init_from=two, num_layers=1), None, 0)

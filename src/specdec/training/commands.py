@@ -259,7 +259,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa = methods.add_parser("medusa", help="Medusa heads on the target's final hidden state")
     _training_args(medusa, lr=1e-3)
     medusa.add_argument("--num-heads", type=int, default=None, help="default 4")
-    medusa.add_argument("--num-layers", type=int, default=None, help="ResBlocks per head (default 1)")
+    medusa.add_argument("--num-layers", type=int, default=None, help="ResBlocks per head (default 1; with --init-from, the start's, or more: "
+                        "the added blocks start as the identity)")
     medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.add_argument("--init-from", default=None,

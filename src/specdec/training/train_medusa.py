@@ -47,13 +47,19 @@ class MedusaObjective:
         torch.manual_seed(0)
         if options.init_from is not None:
             start, _ = load_medusa(options.init_from, target)
-            check_shape({"num_heads": options.num_heads, "num_layers": options.num_layers},
-                        {"num_heads": start.config.num_heads, "num_layers": start.config.num_layers},
-                        options.init_from)
+            # deeper heads may grow from trained ones: the new ResBlocks start at zero, i.e. as the identity,
+            # so training starts from exactly the saved heads' predictions
+            layers = max(options.num_layers or 0, start.config.num_layers)
+            check_shape({"num_heads": options.num_heads}, {"num_heads": start.config.num_heads}, options.init_from)
+            if options.num_layers is not None and options.num_layers < start.config.num_layers:
+                raise ValueError(f"--init-from {options.init_from} has {start.config.num_layers} ResBlocks per head; "
+                                 f"--num-layers {options.num_layers} would drop trained layers (it can only grow)")
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
-            self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel()))
-            copy_trained_weights(self.model, start, options.init_from)
+            self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel(), num_layers=layers))
+            added = {f"medusa_head.{k}.{j}.linear.{w}" for k in range(start.config.num_heads)
+                     for j in range(start.config.num_layers, layers) for w in ("weight", "bias")}
+            copy_trained_weights(self.model, start, options.init_from, added)
         else:
             vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
             ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,

@@ -9,7 +9,7 @@ trained meaning the drafter could rely on.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Container, Iterable, Sequence
 from pathlib import Path
 
 import torch
@@ -33,11 +33,12 @@ def start_vocabulary(start_ids: torch.Tensor, size: int | None, responses: Itera
     return frequent_tokens(responses, size, vocab_size, fallback=fallback(), within=start_ids)
 
 
-def copy_trained_weights(model: nn.Module, start: nn.Module, source: Path) -> None:
-    """Loads every weight of `start` into `model` (same architecture) except the vocabulary maps."""
+def copy_trained_weights(model: nn.Module, start: nn.Module, source: Path, added: Container[str] = ()) -> None:
+    """Loads every weight of `start` into `model` (same architecture, or grown by the parameters named in
+    `added`, which keep their own initialisation) except the vocabulary maps."""
     weights = {k: v for k, v in start.state_dict().items() if k not in VOCAB_BUFFERS}
     missing, unexpected = model.load_state_dict(weights, strict=False)
-    missing = [k for k in missing if k not in VOCAB_BUFFERS]
+    missing = [k for k in missing if k not in VOCAB_BUFFERS and k not in added]
     if missing or unexpected:
         raise ValueError(f"the drafter in {source} does not match the model being trained "
                          f"(missing {missing[:5]}, unexpected {unexpected[:5]})")
