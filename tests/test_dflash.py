@@ -353,3 +353,21 @@ def test_resume_continues_where_it_stopped(zoo, tmp_path):
     assert steps == list(range(1, 9))
     drafter, config = load_dflash(tmp_path / "r", target)
     assert config["specdec"]["training"]["steps"] == 8 and drafter.config.num_hidden_layers == 1
+
+
+def test_init_from_fine_tunes_a_saved_drafter_in_its_own_shape(zoo, tmp_path):
+    from specdec.training.train_dflash import DFlashObjective
+
+    target = zoo.load("bigram")
+    start_dir = make_random_dflash(target, tmp_path / "start", draft_vocab_size=200, block_size=4, seed=3)
+    start, _ = load_dflash(start_dir, target)
+    samples = greedy_samples(target, 4)
+    tuned = DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, draft_vocab_size=50), None, 0).model
+    assert tuned.config.block_size == 4 and tuned.config.num_hidden_layers == start.config.num_hidden_layers
+    assert set(tuned.draft_ids().tolist()) <= set(start.draft_ids().tolist()) and tuned.draft_ids().numel() == 50
+    start_state = start.state_dict()
+    for name, tensor in tuned.state_dict().items():
+        if name not in ("d2t", "t2d"):
+            assert torch.equal(start_state[name].to(tensor.dtype), tensor), name
+    with pytest.raises(ValueError, match="fixes the drafter's shape"):
+        DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, block_size=8), None, 0)

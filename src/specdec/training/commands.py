@@ -141,7 +141,7 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
                                  mask_token_id=args.mask_token_id, num_anchors=args.num_anchors,
                                  loss_gamma=args.loss_gamma, seed=args.seed,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0)
+                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
     return _run_training(args, train_dflash, options)
 
 
@@ -285,8 +285,10 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
 
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")
     _training_args(dflash, lr=6e-4)
-    dflash.add_argument("--block-size", type=int, default=16, help="block = [anchor, MASK x (B-1)]")
-    dflash.add_argument("--num-layers", type=int, default=3, help="draft decoder layers (as wide as the target's)")
+    dflash.add_argument("--block-size", type=int, default=None,
+                        help="block = [anchor, MASK x (B-1)] (default 16, or with --init-from the start's)")
+    dflash.add_argument("--num-layers", type=int, default=None,
+                        help="draft decoder layers, as wide as the target's (default 3, or with --init-from the start's)")
     dflash.add_argument("--aux-layers", default=None,
                         help="target layers whose OUTPUTS are read, comma-separated (default 1,L/2-1,L-4: "
                              "EAGLE-3's tensors, one feature cache)")
@@ -295,4 +297,6 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     dflash.add_argument("--loss-gamma", type=float, default=None,
                         help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
     dflash.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
+    dflash.add_argument("--init-from", default=None,
+                        help="start from this DFlash drafter (its shape, weights, mask token and vocabulary)")
     dflash.set_defaults(func=cmd_train_dflash)

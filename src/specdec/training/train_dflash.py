@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
 
-from specdec.drafting.dflash_format import save_dflash
+from specdec.drafting.dflash_format import load_dflash, save_dflash
 from specdec.drafting.dflash_model import DFlashDrafter
 from specdec.models.loading import LoadedModel
 from specdec.training.dflash_objective import default_dflash_config, default_gamma, dflash_loss, sample_anchors
@@ -19,13 +19,14 @@ from specdec.training.features import FeatureExtractor
 from specdec.training.self_distill import Sample
 from specdec.training.train_eagle3 import _prompt_tokens
 from specdec.training.trainer import TrainSettings, train
+from specdec.training.warm_start import check_shape, copy_trained_weights, start_vocabulary
 
 
 @dataclass
 class DFlashTrainOptions:
-    block_size: int = 16
-    num_layers: int = 3
-    draft_vocab_size: int | None = None  # None: 32768
+    block_size: int | None = None  # None: 16, or with init_from the start's
+    num_layers: int | None = None  # None: 3, or with init_from the start's
+    draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
     aux_layers: list[int] | None = None  # DFlash convention (layer outputs); default: default_target_layer_ids
     mask_token_id: int | None = None  # default: the tokenizer's mask token, else pad
     num_anchors: int = 64  # blocks per sequence and forward
@@ -35,24 +36,41 @@ class DFlashTrainOptions:
     # none, and DFlash's default layers are EAGLE-3's tensors, so one feature cache serves both trainings
     feature_layers: list[int] | None = None
     score_prompt: bool = False  # anchors in the prompt too (labels: the target's distribution there)
+    init_from: Path | None = None  # start from this DFlash drafter (its shape, weights, mask token and vocabulary)
 
 
 class DFlashObjective:
     def __init__(self, target: LoadedModel, samples: list[Sample], options: DFlashTrainOptions,
                  feature_cache: Path | None, cache_budget_bytes: int) -> None:
-        vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
-        ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
-                              fallback=_prompt_tokens(target, samples))
-        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
-        config = default_dflash_config(target, vocab, options.block_size, options.num_layers, options.aux_layers,
-                                       options.mask_token_id)
         torch.manual_seed(options.seed)
-        self.model = DFlashDrafter(config)
+        if options.init_from is not None:
+            start, _ = load_dflash(options.init_from, target)
+            c = start.config
+            check_shape({"block_size": options.block_size, "num_layers": options.num_layers,
+                         "mask_token_id": options.mask_token_id},
+                        {"block_size": c.block_size, "num_layers": c.num_hidden_layers, "mask_token_id": c.mask_token_id},
+                        options.init_from)
+            if options.aux_layers is not None and list(options.aux_layers) != list(c.aux_layer_ids):
+                raise ValueError(f"--init-from {options.init_from} fixes the drafter's shape; asked for aux layers "
+                                 f"{options.aux_layers} (it reads {c.aux_layer_ids})")
+            ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
+                                   target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
+            config = replace(c, draft_vocab_size=ids.numel())
+            self.model = DFlashDrafter(config)
+            copy_trained_weights(self.model, start, options.init_from)
+        else:
+            vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
+            ids = frequent_tokens((s.response_ids for s in samples), vocab, target.vocab_size,
+                                  fallback=_prompt_tokens(target, samples))
+            config = default_dflash_config(target, vocab, options.block_size or 16, options.num_layers or 3,
+                                           options.aux_layers, options.mask_token_id)
+            self.model = DFlashDrafter(config)
+        self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
         self.model.set_draft_vocab(ids)
         self.model.to(target.device)  # float32 weights (bf16 autocast on CPU); the features live there too
         self.target = target
         self.options = options
-        self.gamma = options.loss_gamma or default_gamma(options.block_size)
+        self.gamma = options.loss_gamma or default_gamma(config.block_size)
         self.generator = torch.Generator().manual_seed(options.seed)
         self.after_load()
         layers = sorted({*config.runtime_layers, *(options.feature_layers or ())})
