@@ -19,10 +19,12 @@ CONFIGS='[
  {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}},
  {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 10},
  {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 4},
+ {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 16},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 3, "confidence_threshold": 0.5},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 5, "confidence_threshold": 0.4},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b16", "num_speculative_tokens": 15},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'
 bench() {  # name prompts [extra args...]

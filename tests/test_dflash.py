@@ -276,10 +276,13 @@ def small_vocab_drafter(zoo, tmp_path_factory):
     return str(out)
 
 
-@pytest.mark.parametrize("case,shape", [("t1", "chain"), ("warped", "chain"), ("t1", "tree")])
+SHAPES = {"chain": {}, "tree": TREE, "threshold": {"confidence_threshold": 0.3}}
+
+
+@pytest.mark.parametrize("case,shape", [("t1", "chain"), ("warped", "chain"), ("t1", "tree"), ("t1", "threshold")])
 def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens,  # noqa: F811
                                                   small_vocab_drafter, case, shape):
-    config = {"method": "dflash", "model": small_vocab_drafter, **(TREE if shape == "tree" else {})}
+    config = {"method": "dflash", "model": small_vocab_drafter, **SHAPES[shape]}
     llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
     vocab = llm.model.vocab_size
     params = [SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case])
@@ -328,14 +331,20 @@ def test_trained_drafter_is_accepted(zoo, trained_bigram_drafter, tmp_path):
     prompts = [s.prompt_ids for s in greedy_samples(target, 4, seed=9)]  # unseen, same distribution
     plain = LLM(loaded=target)
     rates = {}
-    for name, path, extra in (("trained", str(out), {}), ("untrained", untrained, {}), ("tree", str(out), TREE)):
+    runs = (("trained", str(out), {}), ("untrained", untrained, {}), ("tree", str(out), TREE),
+            ("threshold", str(out), {"confidence_threshold": 0.5}))
+    drafted = {}
+    for name, path, extra in runs:
         spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": path, **extra})
         for prompt in prompts:
             want = plain.generate({"prompt_token_ids": prompt}, params)[0].outputs[0].token_ids
             assert spec.generate({"prompt_token_ids": prompt}, params)[0].outputs[0].token_ids == want
         rates[name] = spec.stats.mean_acceptance_length
+        drafted[name] = spec.stats.num_draft_tokens / max(spec.stats.num_drafts, 1)
     assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), rates
     assert rates["tree"] > 1.8, rates
+    # the threshold drops the unsure tail of the block: fewer rows verified for most of the acceptance
+    assert drafted["threshold"] < drafted["trained"] and rates["threshold"] > 1.8, (drafted, rates)
 
 
 def test_resume_continues_where_it_stopped(zoo, tmp_path):

@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
@@ -42,9 +43,15 @@ class DFlashOptions:
     tree_num_draft_tokens: int = 24  # tree nodes kept after reranking
     # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
     context_vocab: bool = True
+    # chain only: end the chain at the first slot whose top probability is below this (that slot is still
+    # verified); the drafter's forward costs the same, but a CPU pays for every verified row (confidence.py)
+    confidence_threshold: float = 0.0
 
     def problems(self) -> list[str]:
-        out = []
+        out = threshold_problems(self.confidence_threshold)
+        if self.confidence_threshold > 0 and self.tree_top_k > 1:
+            out.append("confidence_threshold applies to chain drafts (tree_top_k 1); a tree keeps its "
+                       "tree_num_draft_tokens best nodes instead")
         if not 1 <= self.num_speculative_tokens <= 63:
             out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
         if not 1 <= self.tree_top_k <= 32:
@@ -117,7 +124,12 @@ class DFlashProposer(Proposer):
         logits = self.vocab.logits(self.drafter.norm(h[1 : 1 + k]))  # [k, vocab]
         if self.options.tree_top_k > 1:
             return self._tree(logits)
-        drafted = self.vocab.to_target(logits.argmax(-1))
+        top = logits.max(-1)
+        if self.options.confidence_threshold > 0:
+            unsure = torch.softmax(logits.float(), dim=-1).max(-1).values < self.options.confidence_threshold
+            if unsure.any():
+                k = int(unsure.nonzero()[0]) + 1
+        drafted = self.vocab.to_target(top.indices[:k])
         return Draft(tokens=[int(t) for t in drafted.tolist()])
 
     def _tree(self, logits: torch.Tensor) -> Draft:
