@@ -379,4 +379,8 @@ def test_init_from_fine_tunes_a_saved_drafter_in_its_own_shape(zoo, tmp_path):
         if name not in ("d2t", "t2d"):
             assert torch.equal(start_state[name].to(tensor.dtype), tensor), name
     with pytest.raises(ValueError, match="fixes the drafter's shape"):
-        DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, block_size=8), None, 0)
+        DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, num_layers=3), None, 0)
+    # a longer block from the same weights: every slot position is new work for RoPE, not for the weights
+    longer = DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, block_size=8), None, 0).model
+    assert longer.config.block_size == 8
+    assert all(torch.equal(t, tuned.state_dict()[n]) for n, t in longer.state_dict().items() if n not in ("d2t", "t2d"))

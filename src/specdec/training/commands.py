@@ -286,7 +286,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     dflash = methods.add_parser("dflash", help="DFlash block drafter (one forward drafts block_size - 1 tokens)")
     _training_args(dflash, lr=6e-4)
     dflash.add_argument("--block-size", type=int, default=None,
-                        help="block = [anchor, MASK x (B-1)] (default 16, or with --init-from the start's)")
+                        help="block = [anchor, MASK x (B-1)] (default 16, or with --init-from the start's; "
+                             "a start trained with another block size fits: no weight depends on it)")
     dflash.add_argument("--num-layers", type=int, default=None,
                         help="draft decoder layers, as wide as the target's (default 3, or with --init-from the start's)")
     dflash.add_argument("--aux-layers", default=None,
@@ -298,5 +299,5 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
                         help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
     dflash.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     dflash.add_argument("--init-from", default=None,
-                        help="start from this DFlash drafter (its shape, weights, mask token and vocabulary)")
+                        help="start from this DFlash drafter (its layers, weights, mask token and vocabulary)")
     dflash.set_defaults(func=cmd_train_dflash)

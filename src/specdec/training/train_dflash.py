@@ -24,7 +24,7 @@ from specdec.training.warm_start import check_shape, copy_trained_weights, start
 
 @dataclass
 class DFlashTrainOptions:
-    block_size: int | None = None  # None: 16, or with init_from the start's
+    block_size: int | None = None  # None: 16, or with init_from the start's (which it may change)
     num_layers: int | None = None  # None: 3, or with init_from the start's
     draft_vocab_size: int | None = None  # None: 32768, or with init_from the start's own vocabulary
     aux_layers: list[int] | None = None  # DFlash convention (layer outputs); default: default_target_layer_ids
@@ -46,16 +46,15 @@ class DFlashObjective:
         if options.init_from is not None:
             start, _ = load_dflash(options.init_from, target)
             c = start.config
-            check_shape({"block_size": options.block_size, "num_layers": options.num_layers,
-                         "mask_token_id": options.mask_token_id},
-                        {"block_size": c.block_size, "num_layers": c.num_hidden_layers, "mask_token_id": c.mask_token_id},
-                        options.init_from)
+            # the block size may change: no weight depends on it (the block's slots differ only by position)
+            check_shape({"num_layers": options.num_layers, "mask_token_id": options.mask_token_id},
+                        {"num_layers": c.num_hidden_layers, "mask_token_id": c.mask_token_id}, options.init_from)
             if options.aux_layers is not None and list(options.aux_layers) != list(c.aux_layer_ids):
                 raise ValueError(f"--init-from {options.init_from} fixes the drafter's shape; asked for aux layers "
                                  f"{options.aux_layers} (it reads {c.aux_layer_ids})")
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
-            config = replace(c, draft_vocab_size=ids.numel())
+            config = replace(c, draft_vocab_size=ids.numel(), block_size=options.block_size or c.block_size)
             self.model = DFlashDrafter(config)
             copy_trained_weights(self.model, start, options.init_from)
         else:
