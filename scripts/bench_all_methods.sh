@@ -24,6 +24,7 @@ CONFIGS='[
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 5, "confidence_threshold": 0.4},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7, "confidence_threshold": 0.3},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b16", "num_speculative_tokens": 15},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'

@@ -33,14 +33,17 @@ COMMANDS = {
            "out/train/mtp-run4-step300 --prompt-samples 4000 --max-steps 800 --tokens-per-step 2048 --lr 2.5e-4 "
            "--warmup-steps 10 --steps 3 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
            "--cache-budget-gb 20",
-    "dflash-b16": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b16 --block-size 16 "
-                  "--num-layers 3 --num-anchors 64 --max-steps 60 --tokens-per-step 2048 --lr 6e-4 --warmup-steps 10 "
-                  "--threads 1 --feature-cache data/feature-cache --draft-vocab-size 32768",
-    "dflash-b8": "specdec train dflash --data data/gemma-3-270m-distill --output out/train/dflash-b8-run2 --block-size 8 "
-                 "--num-layers 3 --num-anchors 64 --prompt-samples 4000 --max-steps 700 --tokens-per-step 2048 "
-                 "--lr 6e-4 --warmup-steps 15 --checkpoint-every 10 --threads 1 --feature-cache data/feature-cache "
-                 "--cache-budget-gb 14 --draft-vocab-size 32768` (stopped after step 320), then the same with "
-                 "`--resume --max-steps 540",
+    "dflash-b16": "specdec train dflash --data datasets/gemma-3-270m-distill-128 --output out/train/dflash-b16-s17 "
+                  "--init-from out/b8-snap --block-size 16 --max-steps 225 --prompt-samples 1000 --tokens-per-step "
+                  "2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --max-seq-len 1280 "
+                  "--feature-cache data/fc-a --cache-budget-gb 10` (`out/b8-snap`: the B=8 run's checkpoint at step "
+                  "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
+    "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-128 --output out/train/dflash-b8-s17 "
+                 "--init-from drafters/gemma-3-270m-dflash-b8 --max-steps 525 --prompt-samples 1000 "
+                 "--tokens-per-step 2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 "
+                 "--max-seq-len 1280 --feature-cache data/fc-a --cache-budget-gb 10` (started with `--max-steps "
+                 "2000`, shortened with `--resume --max-steps 650` at step 50 and ended with `--resume --max-steps "
+                 "525`: the cosine schedule followed the longer lengths until then",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): drafters/<name>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
