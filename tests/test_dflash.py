@@ -384,3 +384,9 @@ def test_init_from_fine_tunes_a_saved_drafter_in_its_own_shape(zoo, tmp_path):
     longer = DFlashObjective(target, samples, DFlashTrainOptions(init_from=start_dir, block_size=8), None, 0).model
     assert longer.config.block_size == 8
     assert all(torch.equal(t, tuned.state_dict()[n]) for n, t in longer.state_dict().items() if n not in ("d2t", "t2d"))
+
+
+def test_confidence_threshold_is_for_chains_and_checked():
+    assert DFlashOptions(model="d", confidence_threshold=0.3).problems() == []
+    assert any("chain drafts" in p for p in DFlashOptions(model="d", confidence_threshold=0.3, tree_top_k=3).problems())
+    assert DFlashOptions(model="d", confidence_threshold=1.5).problems()

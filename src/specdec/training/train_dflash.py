@@ -36,7 +36,7 @@ class DFlashTrainOptions:
     # none, and DFlash's default layers are EAGLE-3's tensors, so one feature cache serves both trainings
     feature_layers: list[int] | None = None
     score_prompt: bool = False  # anchors in the prompt too (labels: the target's distribution there)
-    init_from: Path | None = None  # start from this DFlash drafter (its shape, weights, mask token and vocabulary)
+    init_from: Path | None = None  # start from this DFlash drafter (its layers, weights, mask token and vocabulary)
 
 
 class DFlashObjective:
