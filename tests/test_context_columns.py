@@ -8,6 +8,8 @@ from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads
 from specdec.drafting.eagle3_model import Eagle3Drafter
 from specdec.training.context_columns import BLOCKED, context_columns, context_coverage
+from specdec.drafting.dflash_model import DFlashDrafter
+from specdec.training.dflash_objective import default_dflash_config, dflash_loss, sample_anchors
 from specdec.training.eagle3_objective import default_eagle3_config, ttt_loss
 from specdec.training.features import FeatureExtractor
 from specdec.training.medusa_objective import medusa_loss
@@ -121,4 +123,30 @@ def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
     assert ctx.counted[0] == 12
     assert torch.isfinite(value)
     value.backward()
+    assert all(torch.isfinite(p.grad).all() for p in drafter.parameters() if p.grad is not None)
+
+
+def test_dflash_loss_scores_copied_tokens_opened_at_the_anchor(zoo):
+    """DFlash drafts every slot of a block after ids[: anchor + 1] (the anchor is the pending token, which
+    ContextVocab.follow has seen): a response that repeats its prompt scores each copy once its token has
+    appeared by the anchor, and a token first seen inside the block itself stays unscored."""
+    target = zoo.load("llama", "float32")
+    dec = target.decoder
+    torch.manual_seed(0)
+    drafter = DFlashDrafter(default_dflash_config(target, 8, block_size=4, num_layers=1))
+    drafter.set_draft_vocab(torch.arange(8))
+    drafter.attach_target(dec.embed.weight, dec.head_weight(), dec.arch.embed_scale or 1.0)
+    prompt = torch.randperm(target.vocab_size - 8, generator=torch.Generator().manual_seed(1))[:12] + 8
+    fresh = next(t for t in range(8, target.vocab_size) if t not in prompt)  # seen only at the response's end
+    ids = torch.cat([prompt, prompt[:11], torch.tensor([fresh])])  # positions 12..22 copy, position 23 is new
+    feats = FeatureExtractor(target, drafter.config.runtime_layers).compute(ids.tolist())
+    anchors = sample_anchors(12, len(ids), 64, None)  # 12 .. 22
+    index = drafter.target_to_draft()
+    _, plain = dflash_loss(drafter, ids, feats, anchors, index, 4.0, 12)
+    loss, ctx = dflash_loss(drafter, ids, feats, anchors, index, 4.0, 12, context_head=dec.head_weight())
+    assert sum(plain.counted) == 0
+    # slot 1 of anchor a scores ids[a + 1]: the copies at 13..22 (10), not the fresh token at 23
+    assert ctx.counted[0] == 10
+    assert torch.isfinite(loss)
+    loss.backward()
     assert all(torch.isfinite(p.grad).all() for p in drafter.parameters() if p.grad is not None)

@@ -141,7 +141,8 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
                                  mask_token_id=args.mask_token_id, num_anchors=args.num_anchors,
                                  loss_gamma=args.loss_gamma, seed=args.seed,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from))
+                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                                 context_vocab=not args.no_context_vocab)
     return _run_training(args, train_dflash, options)
 
 
@@ -295,6 +296,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
                              "EAGLE-3's tensors, one feature cache)")
     dflash.add_argument("--mask-token-id", type=int, default=None, help="default: the tokenizer's mask, else pad token")
     dflash.add_argument("--num-anchors", type=int, default=64, help="blocks per sequence in one forward")
+    _context_vocab_arg(dflash)
     dflash.add_argument("--loss-gamma", type=float, default=None,
                         help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
     dflash.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)

@@ -6,7 +6,8 @@ is [ids[a_j], MASK x (B-1)] at positions a_j .. a_j + B - 1; it sees the context
 blocks independently. Slot i predicts ids[a_j + i], scored against the target's distribution at position
 a_j + i - 1 restricted to the draft vocabulary, when that token is in the sequence and in the draft vocab;
 slot i's loss weight is exp(-(i - 1) / gamma) (speculators' `dflash_loss_decay`), since a slot only
-counts when every slot before it was accepted.
+counts when every slot before it was accepted. With a `context_head`, the sample's tokens outside the draft
+vocabulary that appeared up to the anchor join it, as `context_vocab` drafts at inference (context_columns.py).
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ import torch.nn.functional as F
 
 from specdec.drafting.dflash_model import DFlashConfig, DFlashDrafter, context_visibility
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_columns
 from specdec.training.eagle3_objective import default_aux_layers
 from specdec.training.trainer import StepMetrics
 from specdec.training.features import SampleFeatures
@@ -92,13 +94,16 @@ def sample_anchors(prompt_len: int, seq_len: int, count: int, generator: torch.G
 
 
 def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures, anchors: torch.Tensor,
-                t2d_index: torch.Tensor, gamma: float, prompt_len: int = 0) -> tuple[torch.Tensor, StepMetrics]:
+                t2d_index: torch.Tensor, gamma: float, prompt_len: int = 0,
+               context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of the blocks anchored at `anchors` [A] in the sequence `ids` [T], target-written from
     `prompt_len` on; a slot on a prompt token is labelled with the target's most likely draft token there
     (training/labels.py), so anchors may sit in the prompt too (`--prompt-samples`). Metrics per slot i = 1..B-1: `counted` = blocks whose slots 1..i-1 all matched the
     target's greedy token and whose slot i is scored, `correct` = those whose slot i matched too; so
     correct/counted is the conditional acceptance rate of slot i, and 1 + sum of their running products
-    the expected tokens per step of a greedy chain (`estimated_acceptance_length`)."""
+    the expected tokens per step of a greedy chain (`estimated_acceptance_length`). `context_head` (the
+    target's whole LM head) adds context columns: every slot of block j drafts after the context
+    ids[: a_j + 1], the anchor included, so a token seen there is proposable."""
     c = drafter.config
     b, t, dev = c.block_size, ids.shape[0], feats.final_hidden.device
     ids, anchors, t2d_index = ids.to(dev), anchors.to(dev), t2d_index.to(dev)
@@ -113,12 +118,24 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
     if in_prompt.any():
         with torch.no_grad():
             labels[in_prompt] = drafter.draft_logits_from_normed(feats.final_hidden[positions[in_prompt] - 1]).argmax(-1)
+    extra = context_columns(ids, t2d_index, context_head) if context_head is not None else None
+    context_end = anchors[:, None].expand_as(positions)  # [A, B] last position the block's drafts have seen
+    if extra is not None:  # a response token outside the static vocabulary scores its column once seen
+        labels[inside] = extra.labels(ids[positions[inside]], labels[inside], context_end[inside])
     labels[:, 0] = -1  # the anchor slot is the pending token itself, never a draft
     scored = labels >= 0
     weights = position_weights(b, gamma).to(dev)[None, :].expand_as(labels)[scored]
-    logits = drafter.draft_logits(h[scored])  # the LM head on scored rows only (most of the cost)
     with torch.no_grad():  # the target's distribution for the token at p, from its state at p - 1
-        target_p = torch.softmax(drafter.draft_logits_from_normed(feats.final_hidden[positions[scored] - 1]), dim=-1)
+        target_normed = feats.final_hidden[positions[scored] - 1]
+        target_logits = drafter.draft_logits_from_normed(target_normed)
+        if extra is not None:
+            target_logits = extra.extend(target_logits, target_normed, context_end[scored])
+        target_p = torch.softmax(target_logits, dim=-1)
+    if extra is None:
+        logits = drafter.draft_logits(h[scored])  # the LM head on scored rows only (most of the cost)
+    else:
+        normed = drafter.norm(h[scored])
+        logits = extra.extend(drafter.draft_logits_from_normed(normed), normed, context_end[scored])
     if weights.numel():
         ce = -(target_p * F.log_softmax(logits, dim=-1)).sum(-1)
         loss = (weights * ce).sum() / weights.sum()

@@ -12,6 +12,7 @@ import torch
 from specdec.drafting.dflash_format import load_dflash, save_dflash
 from specdec.drafting.dflash_model import DFlashDrafter
 from specdec.models.loading import LoadedModel
+from specdec.training.context_columns import context_response_coverage
 from specdec.training.dflash_objective import default_dflash_config, default_gamma, dflash_loss, sample_anchors
 from specdec.training.draft_vocab import coverage, frequent_tokens
 from specdec.training.trainer import StepMetrics
@@ -37,6 +38,9 @@ class DFlashTrainOptions:
     feature_layers: list[int] | None = None
     score_prompt: bool = False  # anchors in the prompt too (labels: the target's distribution there)
     init_from: Path | None = None  # start from this DFlash drafter (its layers, weights, mask token and vocabulary)
+    # also score the sample's tokens outside the draft vocabulary once seen, as `context_vocab` drafts at
+    # inference (context_columns.py)
+    context_vocab: bool = True
 
 
 class DFlashObjective:
@@ -80,6 +84,7 @@ class DFlashObjective:
         assert decoder is not None
         self.model.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
         self.t2d_index = self.model.target_to_draft()
+        self.context_head = decoder.head_weight().detach()
 
     def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
@@ -91,7 +96,10 @@ class DFlashObjective:
         anchors = sample_anchors(1 if score_prompt else prompt_len, len(ids), self.options.num_anchors, gen)
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
             return dflash_loss(self.model, torch.tensor(ids), feats, anchors, self.t2d_index, self.gamma,
-                               prompt_len)
+                               prompt_len, self.context_head if self.options.context_vocab else None)
+
+    def response_coverage(self, samples: Sequence[Sample]) -> float | None:
+        return context_response_coverage(self, samples)
 
     def save(self, directory: Path, extra: dict) -> None:
         weights = DFlashDrafter(self.model.config)
@@ -101,7 +109,8 @@ class DFlashObjective:
         weights.t2d.copy_(self.model.t2d)
         save_dflash(directory, weights, self.target,
                     {"draft_vocab_coverage": round(self.vocab_coverage, 4), "loss_gamma": self.gamma,
-                     "num_anchors": self.options.num_anchors, **extra})
+                     "num_anchors": self.options.num_anchors,
+                     "trained_with_context_vocab": self.options.context_vocab, **extra})
 
 
 
