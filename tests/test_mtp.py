@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 
 import numpy as np
@@ -12,6 +13,7 @@ from specdec import LLM, SamplingParams
 from specdec.drafting.mtp import MTPState
 from specdec.drafting.mtp_format import load_mtp
 from specdec.drafting.mtp_model import unroll
+from specdec.drafting.mtp_tree import MTPTreeGrower
 from specdec.models.loading import load_model
 from specdec.training.features import FeatureExtractor
 from specdec.training.mtp_objective import step_weights
@@ -67,6 +69,45 @@ def test_training_forward_equals_chained_inference(zoo, family):
                 torch.testing.assert_close(state.last_logits[k - 1], trained[k - 1][t], rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_tree_nodes_draft_what_their_forced_chain_drafts(zoo, family):
+    """Every expanded tree node's entry (its children's logits) must equal what a chain computes when forced
+    along that node's path, after the same commits: a tree row that sees a sibling's entry, or reads the wrong
+    parent output or position, drafts plausible but different tokens and only lowers acceptance."""
+    target = zoo.load(family, "float32")
+    drafter = random_mtp(target.decoder.arch, target.vocab_size, num_modules=2).eval()
+    drafter.attach_target(target.decoder)
+    drafter.prepare()
+    ids = torch.randint(3, target.vocab_size, (30,), generator=torch.Generator().manual_seed(2))
+    final = FeatureExtractor(target, []).compute(ids.tolist()).final_hidden
+    depth, top_k = 3, 2
+    tree_state, chain_state = MTPState(drafter, depth, capacity=64), MTPState(drafter, depth, capacity=64)
+    committed, checked = 0, 0
+    for t in [0, 1, 4, 5, 9, 10, 11, 17]:  # last committed position; short histories hit position 0
+        tree_state.add(final[committed : t + 1])
+        chain_state.add(final[committed : t + 1])
+        committed = t + 1
+        tokens = ids[: t + 2].tolist()
+        grower = MTPTreeGrower(tree_state, tokens)
+        nodes = grower.grow(depth, top_k, total=63, min_score=float("-inf"))  # all kept: indices unchanged
+        assert len(nodes) == top_k + 2 * top_k * top_k
+        for (k, u), out in grower.owned.items():
+            if nodes[u].depth != k - 1:
+                continue  # an ancestor's entry at a deeper depth: checked through the frontier's logits
+            path, a = [], u
+            while a != -1:
+                path.insert(0, int(drafter.draft_to_target(torch.tensor(nodes[a].token))))
+                a = nodes[a].parent
+            forced = lambda j, logits, path=path: (path[j - 1] if j <= len(path) else 0, None)  # noqa: E731
+            chain = copy.deepcopy(chain_state, memo={id(drafter): drafter})  # a step drafts once
+            chain.draft(tokens, k, forced)
+            with torch.no_grad():
+                tree_logits = drafter.logits(drafter.module_for(k), out[None])[0]
+            torch.testing.assert_close(tree_logits, chain.last_logits[k - 1], rtol=1e-4, atol=1e-4)
+            checked += 1
+    assert checked == 8 * top_k * (depth - 1)  # each level's frontier, at every step
+
+
 @pytest.fixture(scope="module")
 def mtp_checkpoint(zoo, tmp_path_factory):
     """The llama tiny model (same seed: same trunk) with two MTP layers after its trunk."""
@@ -106,12 +147,17 @@ def test_target_without_mtp_layers_is_a_clear_error(zoo):
         LLM(loaded=zoo.load("llama"), speculative_config={"method": "mtp"})
 
 
+TREE = {"tree_top_k": 3, "tree_num_draft_tokens": 8}
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
 @pytest.mark.parametrize("modules", [1, 2])
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
-def test_greedy_equals_plain_decoding(zoo, tmp_path, family, modules):
+def test_greedy_equals_plain_decoding(zoo, tmp_path, family, modules, shape):
     target = zoo.load(family)
     path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200, num_modules=modules)
-    _same_greedy(target, {"method": "mtp", "model": path, "num_speculative_tokens": 3})
+    _same_greedy(target, {"method": "mtp", "model": path, "num_speculative_tokens": 3,
+                          **(TREE if shape == "tree" else {})})
 
 
 def test_save_load_round_trip_in_the_deepseek_layout(zoo, tmp_path):
@@ -176,6 +222,10 @@ def test_trained_drafter_is_accepted_and_works_from_a_checkpoint(zoo, trained_bi
         config = {"method": "mtp", "num_speculative_tokens": 3, **({"model": model} if model else {})}
         spec = _same_greedy(loaded, config, [{"prompt_token_ids": p} for p in prompts])
         rates[name] = spec.stats.mean_acceptance_length
+    tree = _same_greedy(target, {"method": "mtp", "model": str(out), "num_speculative_tokens": 3, **TREE},
+                        [{"prompt_token_ids": p} for p in prompts])
+    rates["tree"] = tree.stats.mean_acceptance_length
+    assert rates["tree"] >= 0.97 * rates["trained"], rates  # the greedy chain is (almost always) in the tree
     assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), rates
     assert rates["checkpoint"] == rates["trained"], rates
 
@@ -187,11 +237,14 @@ def small_vocab_mtp(zoo, tmp_path_factory):
                            num_modules=2)
 
 
-@pytest.mark.parametrize("case", ["t1", "warped"])
+@pytest.mark.parametrize("case", ["t1", "warped", "t1-tree"])
 def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, small_vocab_mtp,  # noqa: F811
                                                   case):
+    tree = case.endswith("-tree")
+    case = case.removesuffix("-tree")
     llm = LLM(loaded=zoo.load("small_vocab"),
-              speculative_config={"method": "mtp", "model": small_vocab_mtp, "num_speculative_tokens": 3})
+              speculative_config={"method": "mtp", "model": small_vocab_mtp, "num_speculative_tokens": 3,
+                                  **(TREE if tree else {})})
     vocab = llm.model.vocab_size
     samples = np.array([
         llm.generate({"prompt_token_ids": small_prompt},

@@ -1,5 +1,6 @@
 """MTP drafting: `{"method": "mtp"}` uses the MTP layers of the target's own checkpoint, `{"method":
-"mtp", "model": DIR}` a drafter trained with `specdec train mtp`; `num_speculative_tokens` chained steps.
+"mtp", "model": DIR}` a drafter trained with `specdec train mtp`; `num_speculative_tokens` chained steps,
+or with `tree_top_k` > 1 a dynamic tree that deep (mtp_tree.py).
 
 Every depth k keeps its own KV cache, as in training, where depth k runs causally over its own positions.
 With n + 1 committed tokens (positions 0..n) and the pending token t_{n+1}, depth k's entry at position i
@@ -10,6 +11,7 @@ step's draft length catch up on the next step.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,6 +24,7 @@ from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
+from specdec.drafting.mtp_tree import MTPTreeGrower
 from specdec.drafting.registry import register
 from specdec.models.attention_mask import build_mask
 from specdec.models.kv_cache import KVCache
@@ -57,14 +60,18 @@ class MTPState:
         self.features[self.length : self.length + n] = final_hidden
         self.length += n
 
-    def _run(self, depth: int, x: torch.Tensor, start: int) -> torch.Tensor:
-        """Depth's block over positions start..start+len(x)-1 as a chain after its cache."""
+    def run(self, depth: int, x: torch.Tensor, start: int, ancestry: torch.Tensor | None = None,
+            positions: torch.Tensor | None = None) -> torch.Tensor:
+        """Depth's block over new entries after its cache: by default a chain at positions start.., else
+        at `positions`, each row seeing the new rows `ancestry` [m, m] marks (mtp_tree.py)."""
         d, cache = self.drafter, self.caches[depth - 1]
         block = d.module_for(depth).block
         m, dev = x.shape[0], x.device
-        positions = torch.arange(start, start + m, device=dev)
+        if positions is None:
+            positions = torch.arange(start, start + m, device=dev)
         cache.reserve(m, positions)
-        ancestry = torch.ones(m, m, dtype=torch.bool, device=dev).tril_()
+        if ancestry is None:
+            ancestry = torch.ones(m, m, dtype=torch.bool, device=dev).tril_()
         allowed = build_mask(cache.positions, cache.length, ancestry, positions, block.window)
         zero = torch.zeros((), dtype=torch.float32, device=dev)
         mask = torch.where(allowed, zero, float("-inf")).repeat(d.arch.num_heads // d.arch.num_kv_heads, 1)
@@ -86,7 +93,7 @@ class MTPState:
             source = self.features if k == 1 else self.outputs[k - 2]
             hidden = torch.cat([source[start:prev_final], prev_drafted[max(start - prev_final, 0) :]])
             ids = torch.tensor(seq[start + k : last + k + 1], dtype=torch.long, device=dev)
-            out = self._run(k, module.project(d.embed(ids), hidden), start)
+            out = self.run(k, module.project(d.embed(ids), hidden), start)
             cache.commit(range(final - start))
             self.outputs[k - 1][start:final] = out[: final - start]
             prev_final, prev_drafted = final, out[final - start :]
@@ -102,12 +109,26 @@ class MTPState:
         drafted = seq[len(tokens) :]
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 
+    @torch.inference_mode()
+    def draft_tree(self, tokens: Sequence[int], depth: int, top_k: int, total: int, threshold: float) -> Draft:
+        """A dynamic tree (mtp_tree.py) of point-mass nodes: top-k children, the `total` likeliest kept;
+        growth stops once no frontier path is likelier than `threshold`."""
+        min_score = math.log(threshold) if threshold > 0 else float("-inf")
+        nodes = MTPTreeGrower(self, tokens).grow(depth, top_k, total, min_score)
+        local = torch.tensor([n.token for n in nodes], dtype=torch.long, device=self.features.device)
+        ids = self.drafter.draft_to_target(local) if self.vocab is None else self.vocab.to_target(local)
+        return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
+
 
 @dataclass
 class MTPOptions:
     model: str | None = None  # a trained MTP drafter; None: the MTP layers of the target's checkpoint
-    num_speculative_tokens: int = 3
-    confidence_threshold: float = 0.0  # stop after a token drafted with less probability (confidence.py)
+    num_speculative_tokens: int = 3  # chain length; the tree's depth when tree_top_k > 1
+    tree_top_k: int = 1  # children per expanded node (SGLang --speculative-eagle-topk); 1 = chain
+    tree_num_draft_tokens: int = 16  # nodes kept after reranking (SGLang --speculative-num-draft-tokens)
+    # chains: stop after a token drafted with less probability (confidence.py); trees: stop growing once
+    # no frontier path is that likely
+    confidence_threshold: float = 0.0
     # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
     context_vocab: bool = True
 
@@ -115,6 +136,10 @@ class MTPOptions:
         out = threshold_problems(self.confidence_threshold)
         if not 1 <= self.num_speculative_tokens <= 32:
             out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
+        if not 1 <= self.tree_top_k <= 32:
+            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
+        if not 1 <= self.tree_num_draft_tokens <= 63:
+            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
         return out
 
 
@@ -144,7 +169,9 @@ class MTPProposer(Proposer):
               capacity: int, prefill: ForwardResult | None = None) -> None:
         if prefill is None or prefill.final_hidden is None:
             raise ValueError("mtp needs the target's prefill forward")
-        self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity, self.vocab)
+        # room for the draft entries a step runs past the committed ones (a tree's: every node on its paths)
+        room = self.options.num_speculative_tokens * (self.options.tree_top_k + 1) + 8
+        self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity + room, self.vocab)
         self.vocab.start(prompt)
         self.state.add(prefill.final_hidden)
         self.sampling, self.generator = sampling, generator
@@ -161,8 +188,12 @@ class MTPProposer(Proposer):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.state is not None
         self.vocab.follow(tokens)
-        return self.state.draft(tokens, min(self.options.num_speculative_tokens, max_tokens), self._pick,
-                                self.options.confidence_threshold)
+        o = self.options
+        depth = min(o.num_speculative_tokens, max_tokens)
+        if o.tree_top_k > 1 and depth > 0:
+            return self.state.draft_tree(tokens, depth, o.tree_top_k, o.tree_num_draft_tokens,
+                                         o.confidence_threshold)
+        return self.state.draft(tokens, depth, self._pick, o.confidence_threshold)
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
