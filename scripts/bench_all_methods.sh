@@ -23,8 +23,11 @@ CONFIGS='[
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 3, "confidence_threshold": 0.5},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 5, "confidence_threshold": 0.4},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
+ {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "tree_top_k": 3, "tree_num_draft_tokens": 10},
+ {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "tree_top_k": 3, "tree_num_draft_tokens": 8, "confidence_threshold": 0.2},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7, "confidence_threshold": 0.3},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7, "tree_top_k": 3, "tree_num_draft_tokens": 10},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b16", "num_speculative_tokens": 15},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'

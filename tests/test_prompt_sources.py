@@ -11,7 +11,7 @@ from specdec.training import self_distill
 from specdec.training.prompt_sources import (
     WRITING_TASKS, Exclusions, TrainPrompt, _wiki, _writing, headline_from_url, wiki_chunks,
 )
-from specdec.training.self_distill import DistillSettings, generate_data, read_samples
+from specdec.training.self_distill import DistillSettings, generate_data, read_data, read_samples
 
 
 def test_headline_is_the_wordiest_path_segment():
@@ -83,3 +83,20 @@ def test_read_samples_reads_a_gzipped_data_set(tmp_path):
         read_samples(tmp_path / "missing")
     with pytest.raises(ValueError, match="unpack it first"):  # generating here would hide the packed set
         generate_data(DistillSettings(target="unused"), tmp_path, progress=False)
+
+
+def test_read_data_joins_directories_and_skips_repeated_prompts(tmp_path):
+    def write(name, rows):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "samples.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+    def row(id_, prompt):
+        return {"id": id_, "kind": "chat", "prompt_ids": prompt, "response_ids": [9]}
+
+    write("a", [row("a1", [1]), row("a2", [2])])
+    write("b", [row("b1", [2]), row("b2", [3]), row("b3", [3])])  # [2] is a's, [3] repeats within b
+    assert [s.id for s in read_data(str(tmp_path / "a"))] == ["a1", "a2"]
+    assert [s.id for s in read_data(f"{tmp_path / 'a'},{tmp_path / 'b'}")] == ["a1", "a2", "b2"]
+    write("c", [row("a1", [7])])
+    with pytest.raises(ValueError, match="occurs in two"):
+        read_data(f"{tmp_path / 'a'},{tmp_path / 'c'}")

@@ -72,10 +72,10 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
 
 def _loader(args: argparse.Namespace, target):
     """Reads --data (first --max-samples), plus --prompt-samples prompt-only samples when asked."""
-    from specdec.training.self_distill import read_samples
+    from specdec.training.self_distill import read_data
 
     def load() -> list:
-        samples = read_samples(Path(args.data))
+        samples = read_data(args.data)
         if args.max_samples:
             samples = samples[: args.max_samples]
         if not getattr(args, "prompt_samples", 0):
@@ -147,12 +147,12 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
 
 
 def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
-    from specdec.training.self_distill import read_samples
+    from specdec.training.self_distill import read_data
     from specdec.training.shrink_vocab import shrink_drafter_vocab
 
     from specdec.drafting.eagle3 import resolve_drafter_path
 
-    report = shrink_drafter_vocab(resolve_drafter_path(args.drafter), Path(args.output), read_samples(Path(args.data)),
+    report = shrink_drafter_vocab(resolve_drafter_path(args.drafter), Path(args.output), read_data(args.data),
                                   args.draft_vocab_size)
     print(json.dumps(report, indent=1))
     return 0
@@ -161,7 +161,8 @@ def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
 def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
-    p.add_argument("--data", required=True, help="directory from `specdec data generate`")
+    p.add_argument("--data", required=True, help="directory from `specdec data generate`, or several separated by "
+                                                   "commas (a prompt already read from an earlier one is skipped)")
     p.add_argument("--output", required=True, help="drafter directory + checkpoints")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--epochs", type=float, default=1.0)
@@ -226,7 +227,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     methods = train.add_subparsers(dest="train_method", required=True)
     e3 = methods.add_parser("eagle3", help="EAGLE-3 drafter (training-time test)")
     e3.add_argument("--target", default="gemma-3-270m")
-    e3.add_argument("--data", required=True, help="directory from `specdec data generate`")
+    e3.add_argument("--data", required=True, help="directory from `specdec data generate`, or several separated by "
+                                                    "commas (a prompt already read from an earlier one is skipped)")
     e3.add_argument("--output", required=True, help="drafter directory (speculators layout) + checkpoints")
     e3.add_argument("--resume", action="store_true")
     e3.add_argument("--epochs", type=float, default=1.0)

@@ -63,6 +63,28 @@ def read_samples(data_dir: Path) -> list[Sample]:
     return samples
 
 
+def read_data(spec: str) -> list[Sample]:
+    """`--data`: one data directory, or several separated by commas, read in order; with several, a sample
+    whose prompt an earlier one already had is skipped (two generation runs often draw the same prompt)."""
+    dirs = [d for d in spec.split(",") if d]
+    if len(dirs) == 1:
+        return read_samples(Path(dirs[0]))
+    seen: set[tuple[int, ...]] = set()
+    ids: set[str] = set()
+    out = []
+    for d in dirs:
+        for sample in read_samples(Path(d)):
+            key = tuple(sample.prompt_ids)
+            if key in seen:
+                continue
+            if sample.id in ids:
+                raise ValueError(f"sample id {sample.id!r} occurs in two of the --data directories {dirs}")
+            seen.add(key)
+            ids.add(sample.id)
+            out.append(sample)
+    return out
+
+
 def _check_meta(out: Path, settings: DistillSettings) -> None:
     meta_path = out / META_FILE
     meta = asdict(settings)

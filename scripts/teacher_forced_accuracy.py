@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""A drafter's per-step accuracy on the benchmark's plain outputs, teacher-forced: the trainer's own
+validation metric (correct / scored per draft step, or per block slot for DFlash, conditional on the steps
+before it), on the target's greedy responses to the benchmark prompts instead of held-out training samples.
+
+Compare it with the bench's acceptance per position to tell a generalisation gap (both low) from an
+inference bug (this high, the bench low). A bench step starts where the last one was rejected, so the
+bench's first-position rate is somewhat lower than this per-token average even for a correct engine.
+
+    .venv/bin/python scripts/teacher_forced_accuracy.py mtp gemma-3-270m-mtp [--steps 6]
+    .venv/bin/python scripts/teacher_forced_accuracy.py dflash drafters/gemma-3-270m-dflash-b8
+
+Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; made if
+missing). Diagnostic only: nothing here is trained on.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import torch
+
+from specdec.drafting.eagle3 import resolve_drafter_path
+from specdec.models.loading import load_model
+from specdec.training.self_distill import Sample
+
+from context_vocab_accuracy import plain_outputs  # scripts/ is on sys.path when a script here runs
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def objective(method: str, drafter: Path, target, steps: int, context_vocab: bool):
+    if method == "mtp":
+        from specdec.training.train_mtp import MTPObjective, MTPTrainOptions
+
+        options = MTPTrainOptions(init_from=drafter, steps=steps, context_vocab=context_vocab)
+        return MTPObjective(target, [], options, None, 0)
+    if method == "dflash":
+        from specdec.training.train_dflash import DFlashObjective, DFlashTrainOptions
+
+        options = DFlashTrainOptions(init_from=drafter, num_anchors=1 << 20, context_vocab=context_vocab)
+        return DFlashObjective(target, [], options, None, 0)
+    raise SystemExit(f"method must be mtp or dflash, got {method!r}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("method", choices=["mtp", "dflash"])
+    ap.add_argument("drafter", help="drafter directory or shipped name")
+    ap.add_argument("--steps", type=int, default=6, help="mtp: draft depths scored")
+    ap.add_argument("--static-vocab", action="store_true", help="score the static draft vocabulary only")
+    ap.add_argument("--mt-limit", type=int, default=10)
+    ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+    from specdec.api import LLM
+
+    plain = LLM("gemma-3-270m")
+    outputs = plain_outputs(plain, Path(args.cache), args.mt_limit)
+    target = load_model("gemma-3-270m") if plain.model.decoder is None else plain.model
+    obj = objective(args.method, resolve_drafter_path(args.drafter), target, args.steps, not args.static_vocab)
+    obj.model.eval()
+    for name, rows in outputs.items():
+        correct: list[int] = []
+        counted: list[int] = []
+        with torch.no_grad():
+            for i, r in enumerate(rows):
+                _, m = obj.loss(Sample(f"{name}-{i}", r["category"], r["prompt"], r["response"]))
+                correct = [a + b for a, b in zip(correct, m.correct)] if correct else list(m.correct)
+                counted = [a + b for a, b in zip(counted, m.counted)] if counted else list(m.counted)
+        acc = ", ".join(f"{c / n:.3f}" if n else "-" for c, n in zip(correct, counted))
+        print(f"{name:12s} accuracy per step: {acc}   (scored: {', '.join(map(str, counted))})", flush=True)
+
+
+if __name__ == "__main__":
+    main()
