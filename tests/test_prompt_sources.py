@@ -94,9 +94,9 @@ def test_read_data_joins_directories_and_skips_repeated_prompts(tmp_path):
         return {"id": id_, "kind": "chat", "prompt_ids": prompt, "response_ids": [9]}
 
     write("a", [row("a1", [1]), row("a2", [2])])
-    write("b", [row("b1", [2]), row("b2", [3]), row("b3", [3])])  # [2] is a's, [3] repeats within b
+    write("b", [row("b1", [2]), row("b2", [3]), row("b3", [3])])  # [2] is a's; b itself is read as it is
     assert [s.id for s in read_data(str(tmp_path / "a"))] == ["a1", "a2"]
-    assert [s.id for s in read_data(f"{tmp_path / 'a'},{tmp_path / 'b'}")] == ["a1", "a2", "b2"]
+    assert [s.id for s in read_data(f"{tmp_path / 'a'},{tmp_path / 'b'}")] == ["a1", "a2", "b2", "b3"]
     write("c", [row("a1", [7])])
     with pytest.raises(ValueError, match="occurs in two"):
         read_data(f"{tmp_path / 'a'},{tmp_path / 'c'}")

@@ -162,7 +162,7 @@ def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
     p.add_argument("--data", required=True, help="directory from `specdec data generate`, or several separated by "
-                                                   "commas (a prompt already read from an earlier one is skipped)")
+                                                   "commas (a prompt an earlier one had is skipped)")
     p.add_argument("--output", required=True, help="drafter directory + checkpoints")
     p.add_argument("--resume", action="store_true")
     p.add_argument("--epochs", type=float, default=1.0)
@@ -228,7 +228,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3 = methods.add_parser("eagle3", help="EAGLE-3 drafter (training-time test)")
     e3.add_argument("--target", default="gemma-3-270m")
     e3.add_argument("--data", required=True, help="directory from `specdec data generate`, or several separated by "
-                                                    "commas (a prompt already read from an earlier one is skipped)")
+                                                    "commas (a prompt an earlier one had is skipped)")
     e3.add_argument("--output", required=True, help="drafter directory (speculators layout) + checkpoints")
     e3.add_argument("--resume", action="store_true")
     e3.add_argument("--epochs", type=float, default=1.0)

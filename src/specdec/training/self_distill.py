@@ -64,24 +64,21 @@ def read_samples(data_dir: Path) -> list[Sample]:
 
 
 def read_data(spec: str) -> list[Sample]:
-    """`--data`: one data directory, or several separated by commas, read in order; with several, a sample
-    whose prompt an earlier one already had is skipped (two generation runs often draw the same prompt)."""
+    """`--data`: one data directory, or several separated by commas, read in order; a sample whose prompt an
+    earlier directory already had is skipped (two generation runs often draw the same prompt); each
+    directory itself is read as it is."""
     dirs = [d for d in spec.split(",") if d]
-    if len(dirs) == 1:
-        return read_samples(Path(dirs[0]))
     seen: set[tuple[int, ...]] = set()
     ids: set[str] = set()
-    out = []
+    out: list[Sample] = []
     for d in dirs:
-        for sample in read_samples(Path(d)):
-            key = tuple(sample.prompt_ids)
-            if key in seen:
-                continue
-            if sample.id in ids:
-                raise ValueError(f"sample id {sample.id!r} occurs in two of the --data directories {dirs}")
-            seen.add(key)
-            ids.add(sample.id)
-            out.append(sample)
+        samples = [s for s in read_samples(Path(d)) if tuple(s.prompt_ids) not in seen]
+        clash = next((s.id for s in samples if s.id in ids), None)
+        if clash is not None:
+            raise ValueError(f"sample id {clash!r} occurs in two of the --data directories {dirs}")
+        seen.update(tuple(s.prompt_ids) for s in samples)
+        ids.update(s.id for s in samples)
+        out += samples
     return out
 
 
