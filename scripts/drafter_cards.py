@@ -39,12 +39,14 @@ COMMANDS = {
                   "2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --max-seq-len 1280 "
                   "--feature-cache data/fc-a --cache-budget-gb 10` (`out/b8-snap`: the B=8 run's checkpoint at step "
                   "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
-    "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-128 --output out/train/dflash-b8-s17 "
-                 "--init-from drafters/gemma-3-270m-dflash-b8 --max-steps 525 --prompt-samples 1000 "
-                 "--tokens-per-step 2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 "
-                 "--max-seq-len 1280 --feature-cache data/fc-a --cache-budget-gb 10` (started with `--max-steps "
-                 "2000`, shortened with `--resume --max-steps 650` at step 50 and ended with `--resume --max-steps "
-                 "525`: the cosine schedule followed the longer lengths until then",
+    "dflash-b8": "specdec train dflash --data "
+                 "datasets/gemma-3-270m-distill-128,datasets/gemma-3-270m-distill-128-s18 --follow-data --output "
+                 "out/train/dflash-b8-s18 --init-from drafters/gemma-3-270m-dflash-b8 --max-steps 700 "
+                 "--prompt-samples 1000 --tokens-per-step 2048 --lr 3e-4 --warmup-steps 20 --checkpoint-every 25 "
+                 "--threads 1 --max-seq-len 1280 --feature-cache data/fc-a --cache-budget-gb 10`: the first stage "
+                 "with context columns in DFlash's objective; the two sets were read as one merge that grew from "
+                 "1,588 to 2,714 samples while `specdec data generate` still made the second, re-read at every epoch"
+                 " by `--follow-data` from `data/mix18",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): drafters/<name>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
@@ -90,7 +92,9 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
                     continue
                 o = run["overall"]
                 per_pos = ", ".join(f"{x:.2f}" for x in o["acceptance_rate_per_position"])
-                shown = json.dumps({k: v for k, v in cfg.items() if k != "model"})
+                # a chain's tree settings are unused (and absent from runs before a method had trees)
+                chain_only = ("tree_top_k", "tree_num_draft_tokens") if cfg.get("tree_top_k", 1) == 1 else ()
+                shown = json.dumps({k: v for k, v in cfg.items() if k != "model" and k not in chain_only})
                 rows[(set_name, shown)] = (
                     f"| {set_name} ({o['prompts'] if 'prompts' in o else len(run['per_prompt'])} prompts) | "
                     f"`{shown}` | {o['identical_fraction']:.3f} | {o['mean_acceptance_length']:.2f} | "
