@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Every method the project offers on the default model, in one bench run per prompt set (each method right
 # after the same plain run of each prompt). Run on a quiet machine. Reports in benchmarks/results/.
+# CONFIGS and NAME (environment) run another list under another report name (bench_mtp_trees_dflash.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results
 mkdir -p "$OUT"
 MT=../shared/data/eval/mt_bench/question.jsonl
 OTHER=benchmarks/prompts/other_kinds.jsonl
-CONFIGS='[
+DEFAULT_CONFIGS='[
  {"method": "ngram", "num_speculative_tokens": 5},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 5, "context_vocab": false},
@@ -31,11 +32,13 @@ CONFIGS='[
  {"method": "dflash", "model": "gemma-3-270m-dflash-b16", "num_speculative_tokens": 15},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'
+CONFIGS=${CONFIGS:-$DEFAULT_CONFIGS}
+NAME=${NAME:-all-methods}
 bench() {  # name prompts [extra args...]
   local name=$1 prompts=$2; shift 2
   .venv/bin/specdec bench --prompts "$prompts" --speculative-config "$CONFIGS" --no-progress \
     --output "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
   echo "$(date +%T) $name done"
 }
-bench all-methods-mt_bench "$MT" --limit ${MT_LIMIT:-10}
-bench all-methods-other_kinds "$OTHER"
+bench "$NAME-mt_bench" "$MT" --limit ${MT_LIMIT:-10}
+bench "$NAME-other_kinds" "$OTHER"
