@@ -95,7 +95,7 @@ def sample_anchors(prompt_len: int, seq_len: int, count: int, generator: torch.G
 
 def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures, anchors: torch.Tensor,
                 t2d_index: torch.Tensor, gamma: float, prompt_len: int = 0,
-               context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
+                context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of the blocks anchored at `anchors` [A] in the sequence `ids` [T], target-written from
     `prompt_len` on; a slot on a prompt token is labelled with the target's most likely draft token there
     (training/labels.py), so anchors may sit in the prompt too (`--prompt-samples`). Metrics per slot i = 1..B-1: `counted` = blocks whose slots 1..i-1 all matched the
