@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
+from specdec.api import LLM
 from specdec.drafting.eagle3 import resolve_drafter_path
-from specdec.models.loading import load_model
 from specdec.training.self_distill import Sample
 
 from context_vocab_accuracy import plain_outputs  # scripts/ is on sys.path when a script here runs
@@ -55,12 +55,9 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=1)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
-    from specdec.api import LLM
-
     plain = LLM("gemma-3-270m")
     outputs = plain_outputs(plain, Path(args.cache), args.mt_limit)
-    target = load_model("gemma-3-270m") if plain.model.decoder is None else plain.model
-    obj = objective(args.method, resolve_drafter_path(args.drafter), target, args.steps, not args.static_vocab)
+    obj = objective(args.method, resolve_drafter_path(args.drafter), plain.model, args.steps, not args.static_vocab)
     obj.model.eval()
     for name, rows in outputs.items():
         correct: list[int] = []

@@ -60,6 +60,17 @@ class MTPState:
         self.features[self.length : self.length + n] = final_hidden
         self.length += n
 
+    def logits(self, depth: int, h: torch.Tensor) -> torch.Tensor:
+        """Depth's logits [n, vocab] of outputs h [n, H]: the request's vocabulary, or the drafter's own."""
+        module = self.drafter.module_for(depth)
+        if self.vocab is None:
+            return self.drafter.logits(module, h)
+        return self.vocab.logits(module.norm(h, module.shared_norm))
+
+    def to_target(self, local: torch.Tensor) -> torch.Tensor:
+        """Target ids of vocabulary indices (the request's vocabulary, or the drafter's own)."""
+        return self.drafter.draft_to_target(local) if self.vocab is None else self.vocab.to_target(local)
+
     def run(self, depth: int, x: torch.Tensor, start: int, ancestry: torch.Tensor | None = None,
             positions: torch.Tensor | None = None) -> torch.Tensor:
         """Depth's block over new entries after its cache: by default a chain at positions start.., else
@@ -97,8 +108,7 @@ class MTPState:
             cache.commit(range(final - start))
             self.outputs[k - 1][start:final] = out[: final - start]
             prev_final, prev_drafted = final, out[final - start :]
-            logits = (d.logits(module, out[-1:]) if self.vocab is None
-                      else self.vocab.logits(module.norm(out[-1:], module.shared_norm)))[0]
+            logits = self.logits(k, out[-1:])[0]
             self.last_logits.append(logits)
             token, q = pick(k, logits)
             seq.append(token)
@@ -115,8 +125,7 @@ class MTPState:
         growth stops once no frontier path is likelier than `threshold`."""
         min_score = math.log(threshold) if threshold > 0 else float("-inf")
         nodes = MTPTreeGrower(self, tokens).grow(depth, top_k, total, min_score)
-        local = torch.tensor([n.token for n in nodes], dtype=torch.long, device=self.features.device)
-        ids = self.drafter.draft_to_target(local) if self.vocab is None else self.vocab.to_target(local)
+        ids = self.to_target(torch.tensor([n.token for n in nodes], dtype=torch.long, device=self.features.device))
         return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
 
 

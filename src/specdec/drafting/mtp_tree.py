@@ -35,11 +35,9 @@ class MTPTreeGrower:
         self.n = state.length - 1  # the last committed position
         self.owned: dict[tuple[int, int], torch.Tensor] = {}  # (depth, node) -> that entry's output [H]
 
-    def _to_target(self, local: list[int]) -> list[int]:
-        vocab, dev = self.state.vocab, self.state.features.device
-        t = torch.tensor(local, dtype=torch.long, device=dev)
-        ids = self.state.drafter.draft_to_target(t) if vocab is None else vocab.to_target(t)
-        return [int(i) for i in ids.tolist()]
+    def _position(self, k: int, node: TreeNode) -> int:
+        """The position of the depth-k entry `node` owns (negative: none, the path starts too early)."""
+        return self.n + 1 + node.depth - k
 
     def _run_depth(self, k: int, owners: list[int], nodes: list[TreeNode]) -> torch.Tensor:
         """Depth k over its catch-up entries and the entries `owners` own (topological order, each one's
@@ -48,13 +46,15 @@ class MTPTreeGrower:
         d, cache, dev = s.drafter, s.caches[k - 1], s.features.device
         start, final = cache.length, max(s.length + 1 - k, 0)
         source = s.features if k == 1 else s.outputs[k - 2]
-        owners = [u for u in owners if self.n + 1 + nodes[u].depth - k >= 0]  # no entries before position 0
+        owners = [u for u in owners if self._position(k, nodes[u]) >= 0]
+        owned_at = [self._position(k, nodes[u]) for u in owners]
         hidden = [source[start:final]]
-        for u in owners:
-            p, pos = nodes[u].parent, self.n + 1 + nodes[u].depth - k
+        for u, pos in zip(owners, owned_at):
+            p = nodes[u].parent
             hidden.append(source[pos : pos + 1] if p == -1 else self.owned[(k - 1, p)][None])
-        ids = self.seq[start + k : final + k] + self._to_target([nodes[u].token for u in owners])
-        positions = list(range(start, final)) + [self.n + 1 + nodes[u].depth - k for u in owners]
+        drafted = s.to_target(torch.tensor([nodes[u].token for u in owners], dtype=torch.long, device=dev))
+        ids = self.seq[start + k : final + k] + [int(t) for t in drafted.tolist()]
+        positions = list(range(start, final)) + owned_at
         c, m = final - start, final - start + len(owners)
         ancestry = torch.zeros(m, m, dtype=torch.bool, device=dev)
         ancestry[:c, :c] = torch.ones(c, c, dtype=torch.bool, device=dev).tril_()
@@ -76,11 +76,7 @@ class MTPTreeGrower:
         return out
 
     def _logprobs(self, k: int, h: torch.Tensor) -> torch.Tensor:
-        s = self.state
-        module = s.drafter.module_for(k)
-        logits = (s.drafter.logits(module, h) if s.vocab is None
-                  else s.vocab.logits(module.norm(h, module.shared_norm)))
-        return torch.log_softmax(logits.float(), dim=-1).cpu()
+        return torch.log_softmax(self.state.logits(k, h).float(), dim=-1).cpu()
 
     def grow(self, depth: int, top_k: int, total: int, min_score: float) -> list[TreeNode]:
         depth = min(depth, len(self.state.caches))
