@@ -13,4 +13,4 @@ export CONFIGS='[
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7, "confidence_threshold": 0.3},
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7, "tree_top_k": 3, "tree_num_draft_tokens": 10}
 ]'
-NAME=mtp-trees-dflash exec bash "$(dirname "$0")/bench_all_methods.sh"
+MT_SELECT=${MT_SELECT:---limit 10} NAME=mtp-trees-dflash exec bash "$(dirname "$0")/bench_all_methods.sh"

@@ -92,6 +92,9 @@ def test_load_questions_both_schemas(files):
     assert qs[3].category == "math" and qs[4].category == DEFAULT_CATEGORY
     assert [q.question_id for q in load_questions(files["mixed"], categories=["writing"])] == [81, 83]
     assert [q.question_id for q in load_questions(files["mixed"], limit=2, categories=["math"])] == [82, 4]
+    assert [q.question_id for q in load_questions(files["mixed"], per_category=1)] == [81, 82, 5]
+    assert [q.question_id for q in load_questions(files["mixed"], per_category=1, limit=2)] == [81, 82]
+    assert [q.question_id for q in load_questions(files["mixed"], per_category=2, categories=["math"])] == [82, 4]
 
 
 def test_load_questions_errors(tmp_path, files):
@@ -99,6 +102,8 @@ def test_load_questions_errors(tmp_path, files):
         load_questions(tmp_path / "missing.jsonl")
     with pytest.raises(ValueError, match="no prompts in categories"):
         load_questions(files["mt"], categories=["nope"])
+    with pytest.raises(ValueError, match="--per-category must be >= 1"):
+        load_questions(files["mt"], per_category=0)
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"text": "x"}])
     with pytest.raises(ValueError, match=r"bad.jsonl:1: a line needs 'turns'"):
         load_questions(bad)

@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file
 from specdec import LLM, SamplingParams
 from specdec.drafting.medusa_format import load_medusa
+from specdec.drafting.tree import tree_depths
 from specdec.drafting.medusa_model import (
     choice_problems,
     expected_accepted,
@@ -74,6 +75,32 @@ def test_drafts_follow_the_head_ranks(zoo, tmp_path):
     assert len(proposer.propose([1, 2, 3], max_tokens=2).tokens) == 5  # depth 3 left out
 
 
+def test_grown_tree_follows_the_head_probabilities(zoo, tmp_path):
+    """tree_top_k grows the tree from the heads' own distributions: with top-k 1 it is the chain of each
+    head's argmax; wider, every node is a path among the likeliest, siblings differ, and max_tokens caps depth."""
+    target = zoo.load("llama")
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=150, num_heads=3)
+    hidden = torch.randn(1, target.decoder.arch.hidden_size).to(target.dtype)
+    chain = LLM(loaded=target, speculative_config={"method": "medusa", "model": path, "tree_top_k": 1}).proposer
+    chain.hidden = hidden
+    argmax = chain.heads.all_logits(hidden)[:, 0].argmax(-1)
+    draft = chain.propose([1, 2, 3], max_tokens=8)
+    assert draft.parents == [-1, 0, 1]
+    assert draft.tokens == [int(chain.heads.draft_to_target(t)) for t in argmax]
+    tree = LLM(loaded=target, speculative_config={"method": "medusa", "model": path, "tree_top_k": 3,
+                                                  "tree_num_draft_tokens": 7}).proposer
+    tree.hidden = hidden
+    draft = tree.propose([1, 2, 3], max_tokens=8)
+    assert len(draft.tokens) == 7 and draft.parents[0] == -1
+    assert draft.tokens[0] == int(tree.heads.draft_to_target(argmax[0]))  # the likeliest node comes first
+    children: dict[int, list[int]] = {}
+    for node, parent in enumerate(draft.parents):
+        assert parent < node
+        children.setdefault(parent, []).append(draft.tokens[node])
+    assert all(len(set(c)) == len(c) for c in children.values())
+    assert max(tree_depths(tree.propose([1, 2, 3], max_tokens=1).parents)) == 1
+
+
 def test_invalid_choices_are_a_clear_error(zoo, tmp_path):
     path = make_random_medusa(zoo.load("llama"), tmp_path / "d", num_heads=2)
     with pytest.raises(ValueError, match="needs its parent"):
@@ -82,9 +109,16 @@ def test_invalid_choices_are_a_clear_error(zoo, tmp_path):
     with pytest.raises(ValueError, match="deeper than the drafter's 2 heads"):
         LLM(loaded=zoo.load("llama"), speculative_config={"method": "medusa", "model": path,
                                                          "medusa_choices": [[0], [0, 0], [0, 0, 0]]})
+    with pytest.raises(ValueError, match="give one or the other"):
+        LLM(loaded=zoo.load("llama"), speculative_config={"method": "medusa", "model": path, "tree_top_k": 2,
+                                                         "medusa_choices": [[0]]})
+    with pytest.raises(ValueError, match="dynamic tree only"):
+        LLM(loaded=zoo.load("llama"), speculative_config={"method": "medusa", "model": path,
+                                                         "confidence_threshold": 0.2})
 
 
-@pytest.mark.parametrize("tree", [{}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}, {"tree_num_draft_tokens": 40}])
+@pytest.mark.parametrize("tree", [{}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}, {"tree_num_draft_tokens": 40},
+                                  {"tree_top_k": 3, "tree_num_draft_tokens": 12, "confidence_threshold": 0.01}])
 @pytest.mark.parametrize("family", ["llama", "gemma3_text"])
 def test_greedy_equals_plain_decoding(zoo, tmp_path, family, tree):
     target = zoo.load(family)
@@ -148,7 +182,7 @@ def test_trained_heads_are_accepted(zoo, trained_bigram_medusa, tmp_path):
     target = zoo.load("bigram")
     untrained = make_random_medusa(target, tmp_path / "random", draft_vocab_size=256)
     prompts = [{"prompt_token_ids": s.prompt_ids} for s in greedy_samples(target, 4, seed=9)]  # unseen
-    for extra in ({}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}):
+    for extra in ({}, {"medusa_choices": [[0], [0, 0], [0, 0, 0]]}, {"tree_top_k": 2, "tree_num_draft_tokens": 8}):
         rates = {}
         for name, path in (("trained", str(out)), ("untrained", untrained)):
             spec = _same_greedy(target, {"method": "medusa", "model": path, **extra}, prompts)
@@ -162,10 +196,16 @@ def small_vocab_medusa(zoo, tmp_path_factory):
     return make_random_medusa(target, tmp_path_factory.mktemp("sv_medusa") / "d", draft_vocab_size=10, seed=2)
 
 
-@pytest.mark.parametrize("case", ["t1", "warped"])
+SAMPLED_TREES = {"t1": {"medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]},
+                 "warped": {"medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]},
+                 "t1-grown": {"tree_top_k": 2, "tree_num_draft_tokens": 5}}
+
+
+@pytest.mark.parametrize("name", list(SAMPLED_TREES))
 def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, small_vocab_medusa,  # noqa: F811
-                                                  case):
-    config = {"method": "medusa", "model": small_vocab_medusa, "medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]}
+                                                  name):
+    case = name.split("-")[0]
+    config = {"method": "medusa", "model": small_vocab_medusa, **SAMPLED_TREES[name]}
     llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
     vocab = llm.model.vocab_size
     samples = np.array([

@@ -1,7 +1,7 @@
 """`specdec bench`: plain vs speculative decoding on a prompt file, side by side in one process.
 
     specdec bench --prompts FILE.jsonl [--model M] [--speculative-config JSON] [--dtype D] [--device DEV]
-                  [--limit N] [--categories a,b] [--max-new-tokens 128] [--temperature 0] [--seed 0]
+                  [--limit N] [--categories a,b] [--per-category N] [--max-new-tokens 128] [--temperature 0] [--seed 0]
                   [--warmup 1] [--include-transformers] [--output FILE.json]
 
 Prompt file: jsonl, MT-Bench lines (question_id, category, turns) or lines with `prompt` (optional
@@ -50,7 +50,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "--prompts", required=True, help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}"
     )
     add_model_args(bench)
-    bench.add_argument("--limit", type=int, default=None, help="first N questions (after --categories)")
+    bench.add_argument("--limit", type=int, default=None, help="first N questions (after --categories, --per-category)")
+    bench.add_argument(
+        "--per-category", type=int, default=None,
+        help="first N questions of each category (MT-Bench's file is sorted by category: --limit 10 is writing only)",
+    )
     bench.add_argument("--categories", default=None, help="comma-separated categories to keep, e.g. writing,coding")
     bench.add_argument("--max-new-tokens", type=int, default=128)
     bench.add_argument(
@@ -90,6 +94,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         device=args.device,
         limit=args.limit,
         categories=categories,
+        per_category=args.per_category,
         max_new_tokens=args.max_new_tokens,
         temperature=args.temperature,
         seed=args.seed,

@@ -58,9 +58,12 @@ def _parse_line(data: Any, lineno: int, path: Path) -> Question:
 
 
 def load_questions(
-    path: str | Path, limit: int | None = None, categories: Sequence[str] | None = None
+    path: str | Path, limit: int | None = None, categories: Sequence[str] | None = None,
+    per_category: int | None = None,
 ) -> list[Question]:
-    """Reads the jsonl file; keeps the given categories (in file order), then the first `limit` questions."""
+    """Reads the jsonl file; keeps the given categories (in file order), then the first `per_category`
+    questions of each category, then the first `limit` questions. MT-Bench's file is sorted by category
+    (its first 10 questions are all `writing`), so `per_category` is how a short run still covers all 8."""
     path = Path(path)
     if not path.is_file():
         raise ValueError(f"prompt file not found: {path}")
@@ -80,6 +83,16 @@ def load_questions(
         if not wanted & known:
             raise ValueError(f"no prompts in categories {sorted(wanted)}; the file has {sorted(known)}")
         questions = [q for q in questions if q.category in wanted]
+    if per_category is not None:
+        if per_category < 1:
+            raise ValueError(f"--per-category must be >= 1, got {per_category}")
+        taken: dict[str, int] = {}
+        kept = []
+        for q in questions:
+            taken[q.category] = taken.get(q.category, 0) + 1
+            if taken[q.category] <= per_category:
+                kept.append(q)
+        questions = kept
     if limit is not None:
         if limit < 1:
             raise ValueError(f"--limit must be >= 1, got {limit}")

@@ -63,6 +63,7 @@ def run_bench(
     device: str | None = None,
     limit: int | None = None,
     categories: Sequence[str] | None = None,
+    per_category: int | None = None,
     max_new_tokens: int = 128,
     temperature: float = 0.0,
     seed: int = 0,
@@ -93,7 +94,7 @@ def run_bench(
     if warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {warmup}")
     params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
-    questions = load_questions(prompts, limit=limit, categories=categories)
+    questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
 
     if loaded is None:
         loaded = load_model(model, dtype=dtype, device=device)

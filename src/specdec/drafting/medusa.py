@@ -2,7 +2,10 @@
 fill a static candidate tree; the engine verifies it in one forward (lossless, greedy and sampled).
 
 The root of the tree is the pending token, which the target itself chose from that same hidden state, so
-head k's candidates sit at depth k + 1. There is no draft forward beyond the heads: the verification
+head k's candidates sit at depth k + 1. With `tree_top_k` the tree is instead grown at every step from the
+heads' own probabilities (EAGLE-2's growth and rerank, dynamic_tree.py; a path scores the product of its
+heads' probabilities, as the static tree scores the product of their measured accuracies), so a step
+where head 0 is sure spends its nodes deeper and an unsure one spends them wider. There is no draft forward beyond the heads: the verification
 forward's final hidden state at the last kept node is the input of the next step. Medusa's "typical
 acceptance" is not offered (it changes the output distribution).
 """
@@ -13,10 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import math
+
 import torch
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.dynamic_tree import TreeNode, grow_tree
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.medusa_model import (
@@ -41,6 +48,10 @@ class MedusaOptions:
     num_speculative_tokens: int = 4  # deepest tree level used (at most the drafter's number of heads)
     medusa_choices: list | None = None  # explicit tree: paths of per-head ranks, e.g. [[0], [1], [0, 0]]
     tree_num_draft_tokens: int = 24  # nodes of the default tree (built from the heads' measured accuracy)
+    # grow the tree per step from the heads' probabilities instead, `tree_top_k` children per expanded node
+    # (SGLang's --speculative-eagle-topk); None = the static tree
+    tree_top_k: int | None = None
+    confidence_threshold: float = 0.0  # dynamic tree: stop growing below this path probability
     # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
     context_vocab: bool = True
 
@@ -50,6 +61,14 @@ class MedusaOptions:
             out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
         if not 1 <= self.tree_num_draft_tokens <= 63:
             out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
+        out += threshold_problems(self.confidence_threshold)
+        if self.tree_top_k is not None:
+            if not 1 <= self.tree_top_k <= TOP_K:
+                out.append(f"tree_top_k must be in 1..{TOP_K}, got {self.tree_top_k}")
+            if self.medusa_choices is not None:
+                out.append("tree_top_k grows a tree per step; medusa_choices fixes one: give one or the other")
+        elif self.confidence_threshold > 0:
+            out.append("confidence_threshold applies to the dynamic tree only: set tree_top_k too")
         if self.medusa_choices is not None:
             if not all(isinstance(p, list) for p in self.medusa_choices):
                 out.append("medusa_choices must be a list of paths (lists of ranks)")
@@ -88,7 +107,7 @@ class MedusaProposer(Proposer):
         self.head_of = torch.tensor([len(p) - 1 for p in paths], device=target.device)
         self.rank_of = torch.tensor([p[-1] for p in paths], device=target.device)
         self.count_within = [sum(1 for p in paths if len(p) <= d) for d in range(depth + 1)]  # paths sorted by depth
-        self.depth = max(len(p) for p in paths)
+        self.depth = max(len(p) for p in paths) if options.tree_top_k is None else depth
         self.hidden: torch.Tensor | None = None  # [1, H] final hidden state at the last committed position
 
     @property
@@ -105,16 +124,34 @@ class MedusaProposer(Proposer):
     @torch.inference_mode()
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.hidden is not None
-        count = self.count_within[min(max_tokens, self.depth)]
+        depth = min(max_tokens, self.depth)
+        count = self.count_within[depth] if self.options.tree_top_k is None else depth
         if count == 0:
             return Draft(tokens=[])
         self.vocab.follow(tokens)
         states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
         logits = self.vocab.logits(states)  # [heads, vocab]
+        if self.options.tree_top_k is not None:
+            return self._grown(logits, depth)
         top = logits.topk(self.top, dim=-1).indices
         draft_ids = top[self.head_of[:count], self.rank_of[:count]]
         ids = self.vocab.to_target(draft_ids).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=self.parents[:count])
+
+    def _grown(self, logits: torch.Tensor, depth: int) -> Draft:
+        """The dynamic tree: every node at depth d expands with head d's distribution (the heads do not
+        see the drafted tokens, so siblings' children share it)."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1).cpu()
+
+        def expand(frontier: list[int], nodes: list[TreeNode]) -> torch.Tensor:
+            return logprobs[nodes[frontier[0]].depth].expand(len(frontier), -1)  # one level per round
+
+        threshold = self.options.confidence_threshold
+        min_score = math.log(threshold) if threshold > 0 else float("-inf")
+        nodes = grow_tree(logprobs[0], expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens,
+                          min_score)
+        ids = self.vocab.to_target(torch.tensor([n.token for n in nodes], device=logits.device)).tolist()
+        return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
 
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
