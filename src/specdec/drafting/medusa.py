@@ -1,22 +1,21 @@
 """Medusa drafting: the heads read the target's final hidden state at the last committed position and
-fill a static candidate tree; the engine verifies it in one forward (lossless, greedy and sampled).
+fill a candidate tree; the engine verifies it in one forward (lossless, greedy and sampled).
 
 The root of the tree is the pending token, which the target itself chose from that same hidden state, so
 head k's candidates sit at depth k + 1. With `tree_top_k` the tree is instead grown at every step from the
-heads' own probabilities (EAGLE-2's growth and rerank, dynamic_tree.py; a path scores the product of its
-heads' probabilities, as the static tree scores the product of their measured accuracies), so a step
-where head 0 is sure spends its nodes deeper and an unsure one spends them wider. There is no draft forward beyond the heads: the verification
-forward's final hidden state at the last kept node is the input of the next step. Medusa's "typical
-acceptance" is not offered (it changes the output distribution).
+heads' own probabilities (EAGLE-2's growth and rerank, dynamic_tree.py: a path scores the product of its
+heads' probabilities, as the static tree scores the product of their measured accuracies), so a step where
+head 0 is sure spends its nodes deeper and an unsure one spends them wider. There is no draft forward
+beyond the heads: the verification forward's final hidden state at the last kept node is the input of the
+next step. Medusa's "typical acceptance" is not offered (it changes the output distribution).
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
-
-import math
 
 import torch
 
@@ -125,13 +124,14 @@ class MedusaProposer(Proposer):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.hidden is not None
         depth = min(max_tokens, self.depth)
-        count = self.count_within[depth] if self.options.tree_top_k is None else depth
+        grown = self.options.tree_top_k is not None
+        count = depth if grown else self.count_within[depth]  # a grown tree fills whatever depth is left
         if count == 0:
             return Draft(tokens=[])
         self.vocab.follow(tokens)
         states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
         logits = self.vocab.logits(states)  # [heads, vocab]
-        if self.options.tree_top_k is not None:
+        if grown:
             return self._grown(logits, depth)
         top = logits.topk(self.top, dim=-1).indices
         draft_ids = top[self.head_of[:count], self.rank_of[:count]]
