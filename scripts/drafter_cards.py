@@ -94,6 +94,8 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
                 per_pos = ", ".join(f"{x:.2f}" for x in o["acceptance_rate_per_position"])
                 # a chain's tree settings are unused (and absent from runs before a method had trees)
                 chain_only = ("tree_top_k", "tree_num_draft_tokens") if cfg.get("tree_top_k", 1) == 1 else ()
+                if cfg.get("method") == "medusa" and cfg.get("tree_top_k", 1) is None:  # the static tree
+                    chain_only = ("tree_top_k", "confidence_threshold")
                 shown = json.dumps({k: v for k, v in cfg.items() if k != "model" and k not in chain_only})
                 prompts = o["prompts"] if "prompts" in o else len(run["per_prompt"])
                 rows[(set_name, prompts, shown)] = (  # MT-Bench had two selections: both rows stay
