@@ -225,6 +225,17 @@ def test_cli_limit_categories_output(tiny, files, tmp_path, capsys):
     assert report["overall"]["identical_fraction"] == 1.0
 
 
+def test_cli_per_category(tiny, files, tmp_path):
+    out = tmp_path / "r.json"
+    assert main([
+        "bench", "--prompts", str(files["mixed"]), "--model", tiny, "--dtype", "bfloat16", "--device", "cpu",
+        "--speculative-config", json.dumps(NGRAM), "--max-new-tokens", "4", "--per-category", "1",
+        "--output", str(out), "--no-progress",
+    ]) == 0
+    report = json.loads(out.read_text())
+    assert [e["question_id"] for e in report["per_prompt"]] == [81, 81, 82, 82, 5]  # one question per category
+
+
 def test_cli_prompt_lines_with_transformers(tiny, files, tmp_path, capsys):
     out = tmp_path / "r.json"
     rc = main([
