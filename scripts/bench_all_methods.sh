@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Every method the project offers on the default model (its best configurations so far), in one bench run per
-# prompt set (each method right after the same plain run of each prompt). Run on a quiet machine; about 75 min
+# prompt set (each method right after the same plain run of each prompt). Run on a quiet machine; about 60 min
 # here. Reports in benchmarks/results/. MT-Bench: the first 2 questions of each of its 8 categories (its file
 # is sorted by category, so the first 10 questions would all be `writing`); MT_SELECT="--limit 10" gives
 # the writing-only selection of earlier runs.
