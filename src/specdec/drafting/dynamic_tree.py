@@ -10,6 +10,7 @@ Scores only fall along a path, so that set is a subtree; orphans (possible on ex
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -26,6 +27,11 @@ class TreeNode:
 
 # feeds frontier nodes (indices into the node list) to the drafter and returns their log-probs [n, draft_vocab]
 Expand = Callable[[list[int], list[TreeNode]], torch.Tensor]
+
+
+def min_score(confidence_threshold: float) -> float:
+    """`confidence_threshold` (a path probability, 0 = off) as grow_tree's `min_score` (a log-probability)."""
+    return math.log(confidence_threshold) if confidence_threshold > 0 else float("-inf")
 
 
 def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int,

@@ -8,7 +8,6 @@ entries of drafted tokens are discarded afterwards, since the target's features 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +18,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
-from specdec.drafting.dynamic_tree import TreeNode, grow_tree
+from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.eagle3_model import DraftKVCache
 from specdec.drafting.registry import register
@@ -203,9 +202,8 @@ class Eagle3Proposer(Proposer):
             return torch.log_softmax(self._logits(out), dim=-1).cpu()
 
         root = torch.log_softmax(logits, dim=-1).cpu()
-        threshold = self.options.confidence_threshold
-        min_score = math.log(threshold) if threshold > 0 else float("-inf")
-        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens, min_score)
+        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens,
+                          min_score(self.options.confidence_threshold))
         ids = self._to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
 

@@ -12,7 +12,6 @@ next step. Medusa's "typical acceptance" is not offered (it changes the output d
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -22,7 +21,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
-from specdec.drafting.dynamic_tree import TreeNode, grow_tree
+from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.medusa_model import (
@@ -146,10 +145,8 @@ class MedusaProposer(Proposer):
         def expand(frontier: list[int], nodes: list[TreeNode]) -> torch.Tensor:
             return logprobs[nodes[frontier[0]].depth].expand(len(frontier), -1)  # one level per round
 
-        threshold = self.options.confidence_threshold
-        min_score = math.log(threshold) if threshold > 0 else float("-inf")
         nodes = grow_tree(logprobs[0], expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens,
-                          min_score)
+                          min_score(self.options.confidence_threshold))
         ids = self.vocab.to_target(torch.tensor([n.token for n in nodes], device=logits.device)).tolist()
         return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
 

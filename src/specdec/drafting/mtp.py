@@ -11,7 +11,6 @@ step's draft length catch up on the next step.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -21,6 +20,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.dynamic_tree import min_score
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
@@ -123,8 +123,7 @@ class MTPState:
     def draft_tree(self, tokens: Sequence[int], depth: int, top_k: int, total: int, threshold: float) -> Draft:
         """A dynamic tree (mtp_tree.py) of point-mass nodes: top-k children, the `total` likeliest kept;
         growth stops once no frontier path is likelier than `threshold`."""
-        min_score = math.log(threshold) if threshold > 0 else float("-inf")
-        nodes = MTPTreeGrower(self, tokens).grow(depth, top_k, total, min_score)
+        nodes = MTPTreeGrower(self, tokens).grow(depth, top_k, total, min_score(threshold))
         ids = self.to_target(torch.tensor([n.token for n in nodes], dtype=torch.long, device=self.features.device))
         return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
 
