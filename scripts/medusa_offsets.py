@@ -39,7 +39,7 @@ def agreement(heads, features: FeatureExtractor, rows: list[dict]) -> torch.Tens
         start = len(r["prompt"]) - 1  # the last prompt position: its next token is the response's first
         with torch.no_grad():
             for k in range(k_heads):
-                top = draft_ids[heads.logits(heads.head_state(k, final[start:])).argmax(-1)]
+                top = draft_ids[heads.logits(heads.head_state(k, final[start:]), k).argmax(-1)]
                 for j, d in enumerate(OFFSETS):
                     n = len(full) - start - d
                     if n > 0:

@@ -50,7 +50,7 @@ def rank_table(heads, features: FeatureExtractor, rows: list[dict]) -> torch.Ten
         ranks = torch.full((n, k_heads), TOP, dtype=torch.long)
         with torch.no_grad():
             for k in range(k_heads):
-                top = draft_ids[heads.logits(heads.head_state(k, final[:n])).topk(TOP, -1).indices]
+                top = draft_ids[heads.logits(heads.head_state(k, final[:n]), k).topk(TOP, -1).indices]
                 match = top == ids[start + k + 2 : start + k + 2 + n, None]
                 ranks[:, k] = torch.where(match.any(-1), match.float().argmax(-1), torch.full((n,), TOP))
         out.append(ranks)

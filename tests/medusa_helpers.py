@@ -16,12 +16,12 @@ def draft_ids(vocab: int, size: int | None, seed: int) -> torch.Tensor:
 
 
 def make_random_medusa(target, folder: Path, draft_vocab_size: int | None = None, seed: int = 0,
-                       num_heads: int = 3, num_layers: int = 1) -> str:
+                       num_heads: int = 3, num_layers: int = 1, own_lm_heads: bool = False) -> str:
     arch = target.decoder.arch
     ids = draft_ids(target.vocab_size, draft_vocab_size, seed)
     torch.manual_seed(seed)
     heads = MedusaHeads(MedusaConfig(arch.hidden_size, num_heads, num_layers, target.vocab_size, ids.numel(),
-                                     arch.final_logit_softcap))
+                                     arch.final_logit_softcap, own_lm_heads))
     with torch.no_grad():  # not the identity of a fresh head: every head drafts something else
         for p in heads.parameters():
             p.normal_(0, 0.3)

@@ -196,16 +196,26 @@ def small_vocab_medusa(zoo, tmp_path_factory):
     return make_random_medusa(target, tmp_path_factory.mktemp("sv_medusa") / "d", draft_vocab_size=10, seed=2)
 
 
+@pytest.fixture(scope="module")
+def small_vocab_medusa_own(zoo, tmp_path_factory):
+    """Heads with their own vocabulary projections (Medusa-1's layout)."""
+    target = zoo.load("small_vocab")
+    return make_random_medusa(target, tmp_path_factory.mktemp("sv_medusa_own") / "d", draft_vocab_size=10, seed=4,
+                              own_lm_heads=True)
+
+
 SAMPLED_TREES = {"t1": {"medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]},
                  "warped": {"medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]},
-                 "t1-grown": {"tree_top_k": 2, "tree_num_draft_tokens": 5}}
+                 "t1-grown": {"tree_top_k": 2, "tree_num_draft_tokens": 5},
+                 "t1-own": {"medusa_choices": [[0], [1], [0, 0], [0, 1], [1, 0]]}}
 
 
 @pytest.mark.parametrize("name", list(SAMPLED_TREES))
-def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, small_vocab_medusa,  # noqa: F811
+def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first_tokens, request,  # noqa: F811
                                                   name):
     case = name.split("-")[0]
-    config = {"method": "medusa", "model": small_vocab_medusa, **SAMPLED_TREES[name]}
+    drafter = request.getfixturevalue("small_vocab_medusa_own" if name.endswith("-own") else "small_vocab_medusa")
+    config = {"method": "medusa", "model": drafter, **SAMPLED_TREES[name]}
     llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
     vocab = llm.model.vocab_size
     samples = np.array([

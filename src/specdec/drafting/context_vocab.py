@@ -76,10 +76,12 @@ class ContextVocab:
         rows = self.head_weight[ids.to(self.head_weight.device)].to(self.static_rows.dtype)
         self._extra_rows = torch.cat([self._extra_rows, rows]).contiguous()
 
-    def logits(self, normed: torch.Tensor) -> torch.Tensor:
-        """float32 logits [n, len(self)] of final-normed drafter states [n, H]."""
+    def logits(self, normed: torch.Tensor, static_logits: torch.Tensor | None = None) -> torch.Tensor:
+        """float32 logits [n, len(self)] of final-normed drafter states [n, H]. `static_logits` [n, Vs]
+        (float32, before any soft-cap): the static columns, for a drafter that scores them with its own rows
+        (Medusa heads with their own projections); the context columns always use the target's rows."""
         x = normed.to(self.static_rows.dtype)
-        logits = linear_float(x, self.static_rows)
+        logits = linear_float(x, self.static_rows) if static_logits is None else static_logits
         if self._extra:
             logits = torch.cat([logits, linear_float(x, self._extra_rows)], dim=-1)
         if self.softcap:

@@ -129,7 +129,7 @@ class MedusaProposer(Proposer):
             return Draft(tokens=[])
         self.vocab.follow(tokens)
         states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
-        logits = self.vocab.logits(states)  # [heads, vocab]
+        logits = self.vocab.logits(states, self.heads.own_static_logits(states))  # [heads, vocab]
         if grown:
             return self._grown(logits, depth)
         top = logits.topk(self.top, dim=-1).indices

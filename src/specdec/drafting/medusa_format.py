@@ -1,8 +1,10 @@
 """Medusa heads <-> drafter directory (config.json in the speculators style + model.safetensors).
 
-Tensor names follow FasterDecoding/Medusa (`medusa_head.{k}.{j}.linear.*`) without the per-head vocab
-projection, which is the target's LM head (draft-vocab rows) and not stored; `d2t`/`t2d` as in speculators.
-The measured rank accuracy of every head, when present, lets the proposer build its default tree.
+Tensor names follow FasterDecoding/Medusa (`medusa_head.{k}.{j}.linear.*`); a head's own vocabulary
+projection, when it has one, is `medusa_head.{k}.{num_layers}.weight`, otherwise it is the target's LM head
+(draft-vocab rows) and not stored; `d2t`/`t2d` as in speculators. The measured rank accuracy of every head,
+when present, lets the proposer build its default tree. `load_medusa` also reads FasterDecoding's own
+folders (medusa_faster_decoding.py).
 """
 
 from __future__ import annotations
@@ -10,13 +12,17 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import torch
+
 from specdec.drafting.drafter_format import (
     SPECULATORS_VERSION,
+    WEIGHTS_FILE,
     check_verifier,
     load_drafter,
     save_drafter,
     verifier_block,
 )
+from specdec.drafting.medusa_faster_decoding import read_faster_decoding, weights_file
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads
 
 if TYPE_CHECKING:
@@ -42,19 +48,37 @@ def save_medusa(directory: Path, heads: MedusaHeads, target: LoadedModel,
             "default_proposal_method": "tree",
             "verifier": verifier_block(target),
         },
-        "specdec": {"shares_target_lm_head": True, **({"head_rank_accuracy": rank_accuracy} if rank_accuracy else {}),
+        "specdec": {"shares_target_lm_head": not c.own_lm_heads, **({"head_rank_accuracy": rank_accuracy} if rank_accuracy else {}),
                     **(extra or {})},
     }
     save_drafter(directory, config, dict(heads.state_dict()))
 
 
 def load_medusa(directory: str | Path, target: LoadedModel) -> tuple[MedusaHeads, dict[str, Any]]:
+    directory = Path(directory)
+    if weights_file(directory) is not None and not (directory / WEIGHTS_FILE).is_file():
+        return _load_faster_decoding(directory, target)
     config, tensors = load_drafter(directory, "medusa")
-    check_verifier(Path(directory), config["speculators_config"]["verifier"], target)
+    check_verifier(directory, config["speculators_config"]["verifier"], target)
+    own = f"medusa_head.0.{config['medusa_num_layers']}.weight" in tensors
     heads = MedusaHeads(MedusaConfig(
         hidden_size=config["hidden_size"], num_heads=config["medusa_num_heads"],
         num_layers=config["medusa_num_layers"], vocab_size=config["vocab_size"],
-        draft_vocab_size=config["draft_vocab_size"], logit_softcap=config.get("logit_softcap"),
+        draft_vocab_size=config["draft_vocab_size"], logit_softcap=config.get("logit_softcap"), own_lm_heads=own,
     ))
     heads.load_state_dict(tensors)
     return heads, config
+
+
+def _load_faster_decoding(directory: Path, target: LoadedModel) -> tuple[MedusaHeads, dict[str, Any]]:
+    text = target.config.get_text_config()
+    fields, tensors = read_faster_decoding(directory, target.vocab_size, int(text.hidden_size))
+    softcap = target.decoder.arch.final_logit_softcap if target.decoder is not None else None
+    heads = MedusaHeads(MedusaConfig(**fields, logit_softcap=softcap))
+    missing, unexpected = heads.load_state_dict(tensors, strict=False)
+    missing = [k for k in missing if k not in ("d2t", "t2d")]
+    if missing or unexpected:
+        raise ValueError(f"{directory}: Medusa weights do not match {fields['num_layers']} ResBlocks per head "
+                         f"(missing {missing[:4]}, unexpected {unexpected[:4]})")
+    heads.set_draft_vocab(torch.arange(fields["vocab_size"]))
+    return heads, {"speculators_model_type": "medusa", "source_format": "faster_decoding"}

@@ -116,7 +116,7 @@ def cmd_train_medusa(args: argparse.Namespace) -> int:
                                  num_layers=args.num_layers, loss_decay=args.loss_decay,
                                  feature_layers=_layers(args.feature_layers),
                                  score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
-                                 context_vocab=not args.no_context_vocab)
+                                 context_vocab=not args.no_context_vocab, own_lm_heads=args.own_lm_heads)
     return _run_training(args, train_medusa, options)
 
 
@@ -268,6 +268,10 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.add_argument("--init-from", default=None,
                         help="start from these Medusa heads (their shape, weights and vocabulary)")
+    medusa.add_argument("--own-lm-heads", action=argparse.BooleanOptionalAction, default=None,
+                        help="every head its own vocabulary projection over the draft vocabulary (Medusa-1; started "
+                             "from the target's LM head rows; draft_vocab x hidden weights per head) instead of "
+                             "the target's shared rows (default: shared, or with --init-from the start's)")
     _context_vocab_arg(medusa)
     medusa.set_defaults(func=cmd_train_medusa)
 

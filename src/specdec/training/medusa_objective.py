@@ -56,7 +56,7 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
             correct.append(0)
             continue
         states = heads.head_state(k, h[rows])
-        logits = heads.logits(states)
+        logits = heads.logits(states, k)
         if extra is not None:
             logits = extra.extend(logits, states, rows + 1, c.logit_softcap)
         total = total + (decay**k) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()

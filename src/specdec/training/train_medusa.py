@@ -36,6 +36,9 @@ class MedusaTrainOptions:
     score_prompt: bool = False  # also train on prompt positions (labels: the target's distribution there)
     init_from: Path | None = None  # start from these Medusa heads (their shape, weights and vocabulary)
     context_vocab: bool = True  # also score the sample's tokens outside the draft vocabulary once seen
+    # every head its own vocabulary projection (Medusa-1), started from the target's LM head rows; None: no,
+    # or with init_from the start's (a start that shares the target's rows can grow own projections)
+    own_lm_heads: bool | None = None
 
 
 class MedusaObjective:
@@ -54,11 +57,21 @@ class MedusaObjective:
             if options.num_layers is not None and options.num_layers < start.config.num_layers:
                 raise ValueError(f"--init-from {options.init_from} has {start.config.num_layers} ResBlocks per head; "
                                  f"--num-layers {options.num_layers} would drop trained layers (it can only grow)")
+            own = start.config.own_lm_heads if options.own_lm_heads is None else options.own_lm_heads
+            if start.config.own_lm_heads and not own:
+                raise ValueError(f"--init-from {options.init_from} has its own vocabulary projections; "
+                                 "training cannot drop them")
+            if start.config.own_lm_heads and layers > start.config.num_layers:
+                raise ValueError(f"--init-from {options.init_from} has its own vocabulary projections; "
+                                 "its heads cannot grow ResBlocks")
+            grow_own = own and not start.config.own_lm_heads
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
-            self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel(), num_layers=layers))
+            self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel(), num_layers=layers,
+                                             own_lm_heads=own))
             added = {f"medusa_head.{k}.{j}.linear.{w}" for k in range(start.config.num_heads)
                      for j in range(start.config.num_layers, layers) for w in ("weight", "bias")}
+            added |= {f"medusa_head.{k}.{layers}.weight" for k in range(start.config.num_heads) if grow_own}
             copy_trained_weights(self.model, start, options.init_from, added)
         else:
             vocab = min(options.draft_vocab_size or 32768, target.vocab_size)
@@ -66,12 +79,16 @@ class MedusaObjective:
                                   fallback=_prompt_tokens(target, samples))
             config = MedusaConfig(hidden_size=decoder.arch.hidden_size, num_heads=options.num_heads or 4,
                                   num_layers=options.num_layers or 1, vocab_size=target.vocab_size,
-                                  draft_vocab_size=vocab, logit_softcap=decoder.arch.final_logit_softcap)
+                                  draft_vocab_size=vocab, logit_softcap=decoder.arch.final_logit_softcap,
+                                  own_lm_heads=bool(options.own_lm_heads))
             self.model = MedusaHeads(config)
+            grow_own = config.own_lm_heads
         self.vocab_coverage = coverage((s.response_ids for s in samples), ids)
         self.model.set_draft_vocab(ids)
         self.target, self.options = target, options
         self.after_load()
+        if grow_own:  # Medusa-1: own projections start as the target's LM head, so training starts from it
+            self.model.start_own_heads_from_target()
         layers = options.feature_layers if options.feature_layers is not None else default_aux_layers(target.num_layers)
         self.features = FeatureExtractor(target, layers, feature_cache, cache_budget_bytes)
         self.recent_ranks: deque[torch.Tensor] = deque(maxlen=200)  # per sequence, for the tree's accuracy table
