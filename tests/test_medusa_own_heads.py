@@ -74,6 +74,7 @@ def test_faster_decoding_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, suffi
     assert proposer.heads.config.own_lm_heads and proposer.heads.config.draft_vocab_size == vocab
     h = torch.randn(1, hidden_size).to(target.dtype)
     proposer.hidden = h
+    proposer.vocab.reset()
     draft = proposer.propose([1, 2, 3], max_tokens=4)
     for k in range(2):  # ResBlock then the head's own projection, computed by hand
         w, b = state[f"{k}.0.linear.weight"], state[f"{k}.0.linear.bias"]
@@ -123,3 +124,58 @@ def test_own_heads_start_as_the_target_and_train(zoo, tmp_path):
     with pytest.raises(ValueError, match="cannot drop them"):
         train_medusa(target, samples, tmp_path / "x", settings,
                      MedusaTrainOptions(init_from=own, own_lm_heads=False), progress=False)
+
+
+def _vllm_folder(folder, hidden: int, vocab: int, token_map: torch.Tensor | None, shared_head: bool,
+                 num_heads: int = 2, seed: int = 1) -> dict[str, torch.Tensor]:
+    """A checkpoint in vLLM's Medusa layout: blocks.{h}.layers.{l}.weight (no bias), lm_heads, token_map."""
+    gen = torch.Generator().manual_seed(seed)
+    rows = vocab if token_map is None else token_map.numel()
+    state = {f"blocks.{h}.layers.0.weight": torch.randn(hidden, hidden, generator=gen) * 0.3 for h in range(num_heads)}
+    for h in range(1 if shared_head else num_heads):
+        state[f"lm_heads.{h}.weight"] = torch.randn(rows, hidden, generator=gen)
+    config = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": hidden, "vocab_size": vocab,
+              "num_heads": num_heads, "num_hidden_layers": 1, "truncated_vocab_size": rows,
+              "original_lm_head": shared_head}
+    if token_map is not None:
+        state["token_map"] = token_map
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file({f"medusa_heads.{k}": v for k, v in state.items()}, str(folder / "model.safetensors"))
+    return state
+
+
+@pytest.mark.parametrize("truncated,shared", [(False, False), (True, True)])
+def test_vllm_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, truncated, shared):
+    target = zoo.load("llama")
+    hidden_size, vocab = target.decoder.arch.hidden_size, target.vocab_size
+    token_map = torch.randperm(vocab, generator=torch.Generator().manual_seed(5))[:64] if truncated else None
+    state = _vllm_folder(tmp_path / "v", hidden_size, vocab, token_map, shared)
+    spec = _same_greedy(target, {"method": "medusa", "model": str(tmp_path / "v"), "tree_top_k": 1})
+    proposer = spec.proposer
+    assert proposer.heads.config.draft_vocab_size == (64 if truncated else vocab)
+    h = torch.randn(1, hidden_size).to(target.dtype)
+    proposer.hidden = h
+    proposer.vocab.reset()  # no context tokens: the draft vocabulary only
+    draft = proposer.propose([], max_tokens=4)
+    for k in range(2):
+        x = h.float() + torch.nn.functional.silu(h.float() @ state[f"blocks.{k}.layers.0.weight"].T)
+        logits = x @ state[f"lm_heads.{0 if shared else k}.weight"].T
+        top2 = logits[0].topk(2)
+        if top2.values[0] - top2.values[1] > 0.5:  # far from a bfloat16 tie
+            best = int(top2.indices[0])
+            assert draft.tokens[k] == (int(token_map[best]) if truncated else best)
+
+
+def test_vllm_checkpoint_problems_are_clear_errors(zoo, tmp_path):
+    target = zoo.load("llama")
+    hidden_size, vocab = target.decoder.arch.hidden_size, target.vocab_size
+    _vllm_folder(tmp_path / "noheads", hidden_size, vocab, None, shared_head=False)
+    cfg = json.loads((tmp_path / "noheads" / "config.json").read_text())
+    (tmp_path / "noheads" / "config.json").write_text(json.dumps({**cfg, "num_heads": 3}))
+    with pytest.raises(ValueError, match="no weight for blocks.2"):
+        LLM(loaded=target, speculative_config={"method": "medusa", "model": str(tmp_path / "noheads")})
+    _vllm_folder(tmp_path / "scale", hidden_size, vocab, None, shared_head=False)
+    (tmp_path / "scale" / "config.json").write_text(json.dumps({**cfg, "logit_scale": 2.0}))
+    with pytest.raises(ValueError, match="logit_scale"):
+        LLM(loaded=target, speculative_config={"method": "medusa", "model": str(tmp_path / "scale")})

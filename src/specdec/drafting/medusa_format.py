@@ -3,12 +3,13 @@
 Tensor names follow FasterDecoding/Medusa (`medusa_head.{k}.{j}.linear.*`); a head's own vocabulary
 projection, when it has one, is `medusa_head.{k}.{num_layers}.weight`, otherwise it is the target's LM head
 (draft-vocab rows) and not stored; `d2t`/`t2d` as in speculators. The measured rank accuracy of every head,
-when present, lets the proposer build its default tree. `load_medusa` also reads FasterDecoding's own
-folders (medusa_faster_decoding.py).
+when present, lets the proposer build its default tree. `load_medusa` also reads FasterDecoding's
+folders (medusa_faster_decoding.py) and vLLM's Medusa checkpoints (medusa_vllm.py).
 """
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -24,6 +25,7 @@ from specdec.drafting.drafter_format import (
 )
 from specdec.drafting.medusa_faster_decoding import read_faster_decoding, weights_file
 from specdec.drafting.medusa_model import MedusaConfig, MedusaHeads
+from specdec.drafting.medusa_vllm import is_vllm_medusa, read_vllm_medusa
 
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
@@ -58,6 +60,9 @@ def load_medusa(directory: str | Path, target: LoadedModel) -> tuple[MedusaHeads
     directory = Path(directory)
     if weights_file(directory) is not None and not (directory / WEIGHTS_FILE).is_file():
         return _load_faster_decoding(directory, target)
+    foreign = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
+    if is_vllm_medusa(foreign):
+        return _load_vllm(directory, foreign, target)
     config, tensors = load_drafter(directory, "medusa")
     check_verifier(directory, config["speculators_config"]["verifier"], target)
     own = f"medusa_head.0.{config['medusa_num_layers']}.weight" in tensors
@@ -71,14 +76,29 @@ def load_medusa(directory: str | Path, target: LoadedModel) -> tuple[MedusaHeads
 
 
 def _load_faster_decoding(directory: Path, target: LoadedModel) -> tuple[MedusaHeads, dict[str, Any]]:
-    text = target.config.get_text_config()
-    fields, tensors = read_faster_decoding(directory, target.vocab_size, int(text.hidden_size))
-    softcap = target.decoder.arch.final_logit_softcap if target.decoder is not None else None
-    heads = MedusaHeads(MedusaConfig(**fields, logit_softcap=softcap))
+    fields, tensors = read_faster_decoding(directory, target.vocab_size, _hidden_size(target))
+    return _heads(directory, target, fields, tensors, torch.arange(fields["vocab_size"])), \
+        {"speculators_model_type": "medusa", "source_format": "faster_decoding"}
+
+
+def _load_vllm(directory: Path, config: dict[str, Any], target: LoadedModel) -> tuple[MedusaHeads, dict[str, Any]]:
+    fields, tensors, ids = read_vllm_medusa(directory, config, target.vocab_size, _hidden_size(target))
+    return _heads(directory, target, fields, tensors, ids), {"speculators_model_type": "medusa", "source_format": "vllm"}
+
+
+def _hidden_size(target: LoadedModel) -> int:
+    return int(target.config.get_text_config().hidden_size)
+
+
+def _heads(directory: Path, target: LoadedModel, fields: dict[str, Any], tensors: dict[str, torch.Tensor],
+           draft_ids: torch.Tensor) -> MedusaHeads:
+    """Heads with own projections from a foreign checkpoint's converted tensors (no soft-cap: neither
+    FasterDecoding's nor vLLM's Medusa applies one to its heads)."""
+    heads = MedusaHeads(MedusaConfig(**fields))
     missing, unexpected = heads.load_state_dict(tensors, strict=False)
     missing = [k for k in missing if k not in ("d2t", "t2d")]
     if missing or unexpected:
         raise ValueError(f"{directory}: Medusa weights do not match {fields['num_layers']} ResBlocks per head "
                          f"(missing {missing[:4]}, unexpected {unexpected[:4]})")
-    heads.set_draft_vocab(torch.arange(fields["vocab_size"]))
-    return heads, {"speculators_model_type": "medusa", "source_format": "faster_decoding"}
+    heads.set_draft_vocab(draft_ids)
+    return heads

@@ -1,0 +1,71 @@
+"""Medusa heads in vLLM's own checkpoint layout (`vllm/model_executor/models/medusa.py`): `config.json` with
+`model_type: "medusa"`, `num_heads`, `num_hidden_layers`, `vocab_size`, `truncated_vocab_size`, and
+`model.safetensors` with `blocks.{head}.layers.{layer}.weight[|bias]` (bias only with `medusa_fc_bias`),
+`lm_heads.{head}.weight` (one shared `lm_heads.0.weight` or `lm_head.weight` with `original_lm_head`), and
+with a truncated vocabulary `token_map` (the target id of each draft row, any order). Names may carry the
+`medusa_heads.` prefix.
+
+Read here into our layout: ResBlocks (a missing bias is zero), own projections (a shared one copied to
+every head), the token map as the draft vocabulary (sorted, its rows with it).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+_BLOCK = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)$")
+
+
+def is_vllm_medusa(config: dict[str, Any]) -> bool:
+    return config.get("model_type") == "medusa" and "speculators_model_type" not in config
+
+
+def read_vllm_medusa(directory: Path, config: dict[str, Any], target_vocab_size: int, target_hidden_size: int
+                     ) -> tuple[dict[str, Any], dict[str, torch.Tensor], torch.Tensor]:
+    """(MedusaConfig fields, state dict for MedusaHeads, ascending draft vocabulary ids) of a vLLM Medusa
+    checkpoint; ValueError with the reason when it is malformed or made for a target of another shape."""
+    raw = {k.removeprefix("medusa_heads."): v for k, v in load_file(str(directory / "model.safetensors")).items()}
+    num_heads, num_layers = int(config["num_heads"]), int(config["num_hidden_layers"])
+    hidden, vocab = int(config["hidden_size"]), int(config["vocab_size"])
+    if hidden != target_hidden_size or vocab != target_vocab_size:
+        raise ValueError(f"the Medusa heads in {directory} are for hidden size {hidden} and {vocab} tokens; the "
+                         f"target has hidden size {target_hidden_size} and {target_vocab_size} tokens")
+    if float(config.get("logit_scale", 1.0)) != 1.0:
+        raise ValueError(f"{directory}: logit_scale {config['logit_scale']} is not supported (only 1.0)")
+    tensors: dict[str, torch.Tensor] = {}
+    for key, value in raw.items():
+        match = _BLOCK.match(key)
+        if match:
+            tensors[f"medusa_head.{match[1]}.{match[2]}.linear.{match[3]}"] = value
+    for k in range(num_heads):
+        for j in range(num_layers):
+            if f"medusa_head.{k}.{j}.linear.weight" not in tensors:
+                raise ValueError(f"{directory}: no weight for blocks.{k}.layers.{j}")
+            tensors.setdefault(f"medusa_head.{k}.{j}.linear.bias", torch.zeros(hidden))
+    shared = raw.get("lm_head.weight", raw.get("lm_heads.0.weight"))
+    heads = [raw.get(f"lm_heads.{k}.weight", shared if config.get("original_lm_head") else None)
+             for k in range(num_heads)]
+    if any(h is None for h in heads):
+        raise ValueError(f"{directory}: every head needs lm_heads.{{head}}.weight (or original_lm_head)")
+    truncated = int(config.get("truncated_vocab_size") or vocab)
+    if truncated < vocab:
+        if "token_map" not in raw:
+            raise ValueError(f"{directory}: truncated_vocab_size {truncated} < vocab_size {vocab} needs a token_map")
+        token_map = raw["token_map"].long()
+        heads = [h[token_map] if h.shape[0] > token_map.numel() else h for h in heads]
+        order = token_map.argsort()
+        ids, heads = token_map[order], [h[order] for h in heads]
+    else:
+        ids = torch.arange(vocab)
+    if any(h.shape != (ids.numel(), hidden) for h in heads):
+        raise ValueError(f"{directory}: lm_heads must be [{ids.numel()}, {hidden}], got {list(heads[0].shape)}")
+    for k, h in enumerate(heads):
+        tensors[f"medusa_head.{k}.{num_layers}.weight"] = h
+    fields = {"hidden_size": hidden, "num_heads": num_heads, "num_layers": num_layers, "vocab_size": vocab,
+              "draft_vocab_size": ids.numel(), "own_lm_heads": True}
+    return fields, tensors, ids
