@@ -10,6 +10,7 @@ import torch
 from safetensors.torch import load_file, save_file
 from specdec import LLM
 from specdec.drafting.medusa_format import load_medusa
+from specdec.drafting.medusa_vllm import write_vllm_medusa
 from specdec.training.train_medusa import MedusaTrainOptions, train_medusa
 from specdec.training.trainer import TrainSettings
 
@@ -179,3 +180,26 @@ def test_vllm_checkpoint_problems_are_clear_errors(zoo, tmp_path):
     (tmp_path / "scale" / "config.json").write_text(json.dumps({**cfg, "logit_scale": 2.0}))
     with pytest.raises(ValueError, match="logit_scale"):
         LLM(loaded=target, speculative_config={"method": "medusa", "model": str(tmp_path / "scale")})
+
+
+@pytest.mark.parametrize("own", [False, True])
+def test_export_to_vllm_layout_round_trips(zoo, tmp_path, own):
+    """Our heads written in vLLM's layout (shared rows stored once as original_lm_head, the draft vocabulary
+    as token_map) read back as the same heads."""
+    target = zoo.load("llama")
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=120, own_lm_heads=own)
+    heads, _ = load_medusa(path, target)
+    heads = heads.to(target.dtype)
+    heads.attach_target(target.decoder.head_weight())
+    config = write_vllm_medusa(tmp_path / "v", heads, dtype=target.dtype)
+    assert config["original_lm_head"] is not own and config["truncated_vocab_size"] == 120
+    saved = load_file(str(tmp_path / "v" / "model.safetensors"))
+    assert ("lm_heads.1.weight" in saved) is own and saved["token_map"].tolist() == heads.draft_ids().tolist()
+    back, _ = load_medusa(tmp_path / "v", target)
+    back = back.to(target.dtype)
+    back.attach_target(target.decoder.head_weight())
+    assert back.draft_ids().tolist() == heads.draft_ids().tolist()
+    h = torch.randn(3, target.decoder.arch.hidden_size).to(target.dtype)
+    with torch.no_grad():
+        torch.testing.assert_close(back.all_logits(h), heads.all_logits(h))
+    _same_greedy(target, {"method": "medusa", "model": str(tmp_path / "v")})

@@ -83,7 +83,8 @@ def _load_faster_decoding(directory: Path, target: LoadedModel) -> tuple[MedusaH
 
 def _load_vllm(directory: Path, config: dict[str, Any], target: LoadedModel) -> tuple[MedusaHeads, dict[str, Any]]:
     fields, tensors, ids = read_vllm_medusa(directory, config, target.vocab_size, _hidden_size(target))
-    return _heads(directory, target, fields, tensors, ids), {"speculators_model_type": "medusa", "source_format": "vllm"}
+    return _heads(directory, target, fields, tensors, ids), \
+        {"speculators_model_type": "medusa", "source_format": "vllm", "specdec": config.get("specdec", {})}
 
 
 def _hidden_size(target: LoadedModel) -> int:

@@ -6,17 +6,23 @@ with a truncated vocabulary `token_map` (the target id of each draft row, any or
 `medusa_heads.` prefix.
 
 Read here into our layout: ResBlocks (a missing bias is zero), own projections (a shared one copied to
-every head), the token map as the draft vocabulary (sorted, its rows with it).
+every head), the token map as the draft vocabulary (sorted, its rows with it). `write_vllm_medusa` writes
+our heads in this layout, so they serve on vLLM (`--speculative-config '{"method": "medusa", "model": DIR}'`):
+heads that share the target's LM head get its draft-vocabulary rows stored once (`original_lm_head`).
 """
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
+
+if TYPE_CHECKING:
+    from specdec.drafting.medusa_model import MedusaHeads
 
 _BLOCK = re.compile(r"^blocks\.(\d+)\.layers\.(\d+)\.(weight|bias)$")
 
@@ -69,3 +75,33 @@ def read_vllm_medusa(directory: Path, config: dict[str, Any], target_vocab_size:
     fields = {"hidden_size": hidden, "num_heads": num_heads, "num_layers": num_layers, "vocab_size": vocab,
               "draft_vocab_size": ids.numel(), "own_lm_heads": True}
     return fields, tensors, ids
+
+
+def write_vllm_medusa(directory: Path, heads: MedusaHeads, dtype: torch.dtype = torch.bfloat16,
+                      rank_accuracy: list[list[float]] | None = None) -> dict[str, Any]:
+    """Writes `heads` (attached to their target) as a vLLM Medusa checkpoint; returns its config. The heads'
+    measured rank accuracy (our default tree's source) rides along under `specdec`, which vLLM ignores."""
+    # vLLM's Medusa applies no final soft-cap; a target's is monotonic, so the heads' ranking (vLLM drafts
+    # each head's top-1) is the same
+    c = heads.config
+    tensors: dict[str, torch.Tensor] = {}
+    for k in range(c.num_heads):
+        for j in range(c.num_layers):
+            block = heads.medusa_head[k][j].linear
+            tensors[f"blocks.{k}.layers.{j}.weight"] = block.weight
+            tensors[f"blocks.{k}.layers.{j}.bias"] = block.bias
+    for k in range(c.num_heads if c.own_lm_heads else 1):
+        tensors[f"lm_heads.{k}.weight"] = heads.head_rows_of(k)
+    truncated = c.draft_vocab_size < c.vocab_size
+    if truncated:
+        tensors["token_map"] = heads.draft_ids()
+    config = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": c.hidden_size,
+              "vocab_size": c.vocab_size, "num_heads": c.num_heads, "num_hidden_layers": c.num_layers,
+              "truncated_vocab_size": c.draft_vocab_size, "medusa_fc_bias": True,
+              "original_lm_head": not c.own_lm_heads, "max_paths": 64, "topk": 10,
+              **({"specdec": {"head_rank_accuracy": rank_accuracy}} if rank_accuracy else {})}
+    directory.mkdir(parents=True, exist_ok=True)
+    save_file({k: (v if k == "token_map" else v.to(dtype)).detach().contiguous().cpu() for k, v in tensors.items()},
+              str(directory / "model.safetensors"))
+    (directory / "config.json").write_text(json.dumps(config, indent=2) + "\n")
+    return config

@@ -6,6 +6,7 @@ import argparse
 import json
 from pathlib import Path
 
+from specdec.defaults import DEFAULT_MODEL
 
 PROMPT_SAMPLES_HELP = ("also train on up to N corpus prompts that have no generated response yet, and on the "
                        "prompt positions of every sample (labels: the target's distribution); 0 = off, -1 = all")
@@ -158,6 +159,27 @@ def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_drafter_export_vllm(args: argparse.Namespace) -> int:
+    from specdec.drafting.eagle3 import resolve_drafter_path
+    from specdec.drafting.medusa_format import load_medusa
+    from specdec.drafting.medusa_vllm import write_vllm_medusa
+    from specdec.models.loading import load_model
+
+    source = resolve_drafter_path(args.drafter)
+    kind = json.loads((source / "config.json").read_text()).get("speculators_model_type")
+    if kind != "medusa":
+        raise SystemExit(f"export-vllm converts medusa drafters (vLLM's own Medusa layout); {source} holds {kind!r}, "
+                         "whose speculators directory vLLM reads as it is")
+    target = load_model(args.target, dtype="bfloat16")
+    if target.decoder is None:
+        raise SystemExit("export-vllm needs the native runtime (the target's LM head)")
+    heads, saved = load_medusa(source, target)
+    heads.attach_target(target.decoder.head_weight())
+    config = write_vllm_medusa(Path(args.output), heads, rank_accuracy=saved.get("specdec", {}).get("head_rank_accuracy"))
+    print(json.dumps({"output": args.output, **config}, indent=1))
+    return 0
+
+
 def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
@@ -222,6 +244,12 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     shrink.add_argument("--draft-vocab-size", type=int, required=True)
     shrink.add_argument("--output", required=True, help="the new drafter directory")
     shrink.set_defaults(func=cmd_drafter_shrink_vocab)
+    export = drafter_sub.add_parser(
+        "export-vllm", help="write a medusa drafter in vLLM's own Medusa layout (blocks, lm_heads, token_map)")
+    export.add_argument("drafter", help="medusa drafter directory or shipped name")
+    export.add_argument("--target", default=DEFAULT_MODEL, help="the target it was trained for (its LM head rows are stored)")
+    export.add_argument("--output", required=True, help="the new checkpoint directory")
+    export.set_defaults(func=cmd_drafter_export_vllm)
 
     train = sub.add_parser("train", help="train a learned drafter")
     methods = train.add_subparsers(dest="train_method", required=True)
