@@ -64,3 +64,22 @@ def test_bad_requests_are_clear_errors(zoo, tmp_path, capsys):
                  "--draft-vocab-size", "10", "--output", str(tmp_path / "o")]) != 0
     assert "not a drafter directory" in capsys.readouterr().err
     assert not (tmp_path / "o").exists()
+
+
+def test_medusa_own_projections_keep_the_kept_tokens_rows(zoo, tmp_path, capsys):
+    target = zoo.load("llama")
+    source = make_random_medusa(target, tmp_path / "big", draft_vocab_size=200, seed=1, own_lm_heads=True)
+    write_data_dir(tmp_path / "data", greedy_samples(target, 6))
+    assert main(["drafter", "shrink-vocab", source, "--data", str(tmp_path / "data"), "--draft-vocab-size", "40",
+                 "--output", str(tmp_path / "small")]) == 0
+    capsys.readouterr()
+    big, _ = load_medusa(source, target)
+    small, _ = load_medusa(tmp_path / "small", target)
+    row = {t: i for i, t in enumerate(big.draft_ids().tolist())}
+    kept = [row[t] for t in small.draft_ids().tolist()]
+    for k in range(big.config.num_heads):
+        assert (small.projection(k).weight == big.projection(k).weight[kept]).all()
+    plain = LLM(loaded=target)
+    spec = LLM(loaded=target, speculative_config={"method": "medusa", "model": str(tmp_path / "small")})
+    assert spec.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids == \
+        plain.generate("The quick brown fox", GREEDY)[0].outputs[0].token_ids

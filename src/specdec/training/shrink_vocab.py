@@ -1,7 +1,8 @@
 """Shrinking a learned drafter's draft vocabulary to its most frequent tokens, without retraining.
 
 Every learned drafter here predicts through the target's own LM head rows of its draft vocabulary (the
-`d2t` / `t2d` buffers), so its trained weights do not depend on which rows those are. Keeping only the
+`d2t` / `t2d` buffers), so its trained weights do not depend on which rows those are. Medusa heads with
+their own projections keep the kept tokens' rows of them. Keeping only the
 most frequent ones (the FR-Spec observation: a few thousand tokens cover most of what a model writes)
 makes every draft step's LM head several times cheaper at a small loss in coverage. Verification is
 unchanged, so the output stays exactly the target's.
@@ -45,9 +46,21 @@ def shrink_drafter_vocab(source: Path, output: Path, samples: Sequence[Sample], 
     new_t2d = torch.zeros_like(t2d)
     new_t2d[ids] = True if t2d.dtype == torch.bool else 1
     tensors["t2d"] = new_t2d
+    kept = torch.searchsorted(old_ids, ids)  # both ascending: each kept token's row in the old vocabulary
+    for key in _own_projections(config, tensors):
+        tensors[key] = tensors[key][kept]
     report = {"source": source.name, "old_draft_vocab_size": int(old_ids.numel()), "draft_vocab_size": size,
               "old_coverage": round(coverage(responses, old_ids), 4), "coverage": round(coverage(responses, ids), 4)}
     config["draft_vocab_size"] = size
     config.setdefault("specdec", {})["vocab_shrunk"] = report
     save_drafter(output, config, tensors)
     return report
+
+
+def _own_projections(config: dict, tensors: dict[str, torch.Tensor]) -> list[str]:
+    """Names of per-draft-token weight rows a drafter stores itself (Medusa heads' own projections)."""
+    if config.get("speculators_model_type") != "medusa":
+        return []
+    layers = config["medusa_num_layers"]
+    return [f"medusa_head.{k}.{layers}.weight" for k in range(config["medusa_num_heads"])
+            if f"medusa_head.{k}.{layers}.weight" in tensors]
