@@ -88,7 +88,11 @@ class MedusaHeads(DraftVocab):
         return self.medusa_head[k][self.config.num_layers]
 
     def head_state(self, k: int, h: torch.Tensor) -> torch.Tensor:
-        return self.medusa_head[k][: self.config.num_layers](h)
+        """Head k's ResBlocks (not its own projection, if it has one)."""
+        head = self.medusa_head[k]
+        for j in range(self.config.num_layers):
+            h = head[j](h)
+        return h
 
     def head_rows_of(self, k: int) -> torch.Tensor:
         """[draft_vocab, H] the vocabulary projection of head k."""
