@@ -71,7 +71,7 @@ def describe(data: dict) -> str:
 
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
-RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2"]
+RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"}}
 
@@ -185,7 +185,10 @@ def card(directory: Path) -> str:
         f"Use: `{{\"method\": \"{config['speculators_model_type']}\", \"model\": \"{directory.name}\"}}`. "
         "With specdec the tokens of the request itself (prompt and output so far) join the draft vocabulary "
         "through the target's LM head rows (`context_vocab`, on by default; vLLM drafts from the static "
-        "vocabulary only).",
+        "vocabulary only)."
+        + (" vLLM's own Medusa loader reads another layout: `specdec drafter export-vllm "
+           f"{directory.name} --output DIR` writes it (13.8 MB: the shared LM head rows are stored once)."
+           if config["speculators_model_type"] == "medusa" else ""),
         "",
         "## Data",
         f"Self-distillation from prompts built from `../shared/data/train` (mixed kinds). {GENERATION}. "
