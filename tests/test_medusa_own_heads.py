@@ -125,6 +125,9 @@ def test_own_heads_start_as_the_target_and_train(zoo, tmp_path):
     with pytest.raises(ValueError, match="cannot drop them"):
         train_medusa(target, samples, tmp_path / "x", settings,
                      MedusaTrainOptions(init_from=own, own_lm_heads=False), progress=False)
+    with pytest.raises(ValueError, match="shrink-vocab"):
+        train_medusa(target, samples, tmp_path / "y", settings,
+                     MedusaTrainOptions(init_from=own, draft_vocab_size=100), progress=False)
 
 
 def _vllm_folder(folder, hidden: int, vocab: int, token_map: torch.Tensor | None, shared_head: bool,

@@ -85,9 +85,10 @@ class MedusaProposer(Proposer):
             raise ValueError("medusa needs the target's final hidden states, which only the native runtime provides")
         heads, config = load_medusa(resolve_drafter_path(options.model), target)
         self.heads = heads.to(device=target.device, dtype=target.dtype).eval()
-        self.heads.attach_target(target.decoder.head_weight())
         c = heads.config
-        self.vocab = ContextVocab(self.heads.draft_ids(), self.heads._head, target.decoder.head_weight(),
+        if not c.own_lm_heads:  # own projections score the static vocabulary themselves (own_static_logits)
+            self.heads.attach_target(target.decoder.head_weight())
+        self.vocab = ContextVocab(self.heads.draft_ids(), self.heads.head_rows_of(0), target.decoder.head_weight(),
                                   softcap=c.logit_softcap, enabled=options.context_vocab)
         depth = min(options.num_speculative_tokens, c.num_heads)
         if options.medusa_choices is not None:

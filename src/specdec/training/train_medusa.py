@@ -67,6 +67,9 @@ class MedusaObjective:
             grow_own = own and not start.config.own_lm_heads
             ids = start_vocabulary(start.draft_ids(), options.draft_vocab_size, (s.response_ids for s in samples),
                                    target.vocab_size, lambda: _prompt_tokens(target, samples), options.init_from)
+            if start.config.own_lm_heads and ids.numel() != start.config.draft_vocab_size:
+                raise ValueError(f"--init-from {options.init_from} has its own vocabulary projections; shrink its "
+                                 "vocabulary with `specdec drafter shrink-vocab` first")
             self.model = MedusaHeads(replace(start.config, draft_vocab_size=ids.numel(), num_layers=layers,
                                              own_lm_heads=own))
             added = {f"medusa_head.{k}.{j}.linear.{w}" for k in range(start.config.num_heads)
