@@ -187,7 +187,8 @@ def card(directory: Path) -> str:
         "through the target's LM head rows (`context_vocab`, on by default; vLLM drafts from the static "
         "vocabulary only)."
         + (" vLLM's own Medusa loader reads another layout: `specdec drafter export-vllm "
-           f"{directory.name} --output DIR` writes it (13.8 MB: the shared LM head rows are stored once)."
+           f"{directory.name} --output DIR` writes it (the shared LM head rows of the draft vocabulary are "
+           "stored in it once)."
            if config["speculators_model_type"] == "medusa" else ""),
         "",
         "## Data",

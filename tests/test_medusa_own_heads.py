@@ -77,6 +77,7 @@ def test_faster_decoding_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, suffi
     proposer.hidden = h
     proposer.vocab.reset()
     draft = proposer.propose([1, 2, 3], max_tokens=4)
+    checked = 0
     for k in range(2):  # ResBlock then the head's own projection, computed by hand
         w, b = state[f"{k}.0.linear.weight"], state[f"{k}.0.linear.bias"]
         x = h.float() + torch.nn.functional.silu(h.float() @ w.T + b)
@@ -84,6 +85,8 @@ def test_faster_decoding_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, suffi
         top2 = logits[0].topk(2)
         if top2.values[0] - top2.values[1] > 0.5:  # far from a bfloat16 tie
             assert draft.tokens[k] == int(top2.indices[0])
+            checked += 1
+    assert checked, "no head's argmax was clear of a bfloat16 tie: nothing was compared"
 
 
 def test_faster_decoding_checkpoint_problems_are_clear_errors(zoo, tmp_path):
@@ -162,6 +165,7 @@ def test_vllm_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, truncated, share
     proposer.hidden = h
     proposer.vocab.reset()  # no context tokens: the draft vocabulary only
     draft = proposer.propose([], max_tokens=4)
+    checked = 0
     for k in range(2):
         x = h.float() + torch.nn.functional.silu(h.float() @ state[f"blocks.{k}.layers.0.weight"].T)
         logits = x @ state[f"lm_heads.{0 if shared else k}.weight"].T
@@ -169,6 +173,8 @@ def test_vllm_checkpoint_drafts_its_heads_argmax(zoo, tmp_path, truncated, share
         if top2.values[0] - top2.values[1] > 0.5:  # far from a bfloat16 tie
             best = int(top2.indices[0])
             assert draft.tokens[k] == (int(token_map[best]) if truncated else best)
+            checked += 1
+    assert checked, "no head's argmax was clear of a bfloat16 tie: nothing was compared"
 
 
 def test_vllm_checkpoint_problems_are_clear_errors(zoo, tmp_path):

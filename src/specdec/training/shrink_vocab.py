@@ -1,11 +1,11 @@
 """Shrinking a learned drafter's draft vocabulary to its most frequent tokens, without retraining.
 
 Every learned drafter here predicts through the target's own LM head rows of its draft vocabulary (the
-`d2t` / `t2d` buffers), so its trained weights do not depend on which rows those are. Medusa heads with
-their own projections keep the kept tokens' rows of them. Keeping only the
+`d2t` / `t2d` buffers), so its trained weights do not depend on which rows those are. Keeping only the
 most frequent ones (the FR-Spec observation: a few thousand tokens cover most of what a model writes)
-makes every draft step's LM head several times cheaper at a small loss in coverage. Verification is
-unchanged, so the output stays exactly the target's.
+makes every draft step's LM head several times cheaper at a small loss in coverage. Medusa heads with
+their own projections keep those tokens' rows of them. Verification is unchanged, so the output stays
+exactly the target's.
 """
 
 from __future__ import annotations
@@ -61,6 +61,5 @@ def _own_projections(config: dict, tensors: dict[str, torch.Tensor]) -> list[str
     """Names of per-draft-token weight rows a drafter stores itself (Medusa heads' own projections)."""
     if config.get("speculators_model_type") != "medusa":
         return []
-    layers = config["medusa_num_layers"]
-    return [f"medusa_head.{k}.{layers}.weight" for k in range(config["medusa_num_heads"])
-            if f"medusa_head.{k}.{layers}.weight" in tensors]
+    names = (f"medusa_head.{k}.{config['medusa_num_layers']}.weight" for k in range(config["medusa_num_heads"]))
+    return [name for name in names if name in tensors]
