@@ -28,7 +28,7 @@ def test_rows_do_not_depend_on_how_many_rows_share_the_call(k, n, with_kernel, m
     if not with_kernel:
         monkeypatch.setattr(fast_linear, "kernel", lambda: None)
     elif fast_linear.kernel() is None:
-        pytest.skip("this CPU has no AVX512-BF16 kernel; the fallback case covers it")
+        pytest.skip("no CPU kernel here (neither AVX512-BF16 nor AVX2); the fallback case covers it")
     x, w, b = _case(k, n)
     for fn in (fast_linear.linear, fast_linear.linear_float):
         together = fn(x, w, b)
@@ -39,7 +39,7 @@ def test_rows_do_not_depend_on_how_many_rows_share_the_call(k, n, with_kernel, m
 
 def test_kernel_agrees_with_float_reference():
     if fast_linear.kernel() is None:
-        pytest.skip("no AVX512-BF16 kernel on this CPU")
+        pytest.skip("no CPU kernel here")
     x, w, b = _case(2048, 640)
     ref = F.linear(x.float(), w.float(), b.float())
     got = fast_linear.linear_float(x, w, b)
@@ -47,9 +47,78 @@ def test_kernel_agrees_with_float_reference():
     assert torch.equal(fast_linear.linear(x, w, b), got.bfloat16())
 
 
-def test_prefill_sized_calls_use_f_linear(no_kernel):
-    x, w, b = _case(64, 32, rows=fast_linear.MAX_KERNEL_ROWS + 1)
+def test_without_a_kernel_many_rows_use_f_linear(no_kernel):
+    x, w, b = _case(64, 32, rows=65)
     assert torch.equal(fast_linear.linear(x, w, b), F.linear(x, w, b))
+
+
+def _kernel():
+    k = fast_linear.kernel()
+    if k is None:
+        pytest.skip("no CPU kernel here")
+    return k
+
+
+ROW_COUNTS = (1, 2, 3, 5, 8, 17, 64, 200)
+
+
+@pytest.mark.parametrize("k,n", [(640, 1030), (100, 53), (7, 24), (2048, 97)])
+def test_kernel_rows_are_bit_identical_for_any_row_count(k, n):
+    """Prefill-sized calls go through the kernel too: a row's bits never depend on M (nor on the blocking
+    of the rows that M picks: 4-row blocks, then 3, 2 or 1)."""
+    kern = _kernel()
+    x, w, _ = _case(k, n, rows=200, seed=1)
+    together = kern.rows_linear(x, w)
+    alone = torch.cat([kern.rows_linear(x[i : i + 1], w) for i in range(x.shape[0])])
+    assert torch.equal(together, alone)
+    for size in ROW_COUNTS:
+        parts = torch.cat([kern.rows_linear(x[i : i + size], w) for i in range(0, x.shape[0], size)])
+        assert torch.equal(parts, together), size
+    ref = x.double() @ w.double().T
+    torch.testing.assert_close(together.double(), ref, atol=1e-4 * float(ref.abs().max()), rtol=1e-4)
+
+
+def test_kernel_rows_do_not_depend_on_threads_or_column_slices():
+    kern = _kernel()
+    x, w, _ = _case(640, 1500, rows=9, seed=2)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kern.rows_linear(x, w)
+        torch.set_num_threads(2)
+        two = kern.rows_linear(x, w)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+    for start, stop in [(0, 1), (5, 29), (1000, 1500), (3, 1003)]:  # a head slice scores the same bits
+        assert torch.equal(kern.rows_linear(x, w[start:stop]), one[:, start:stop])
+
+
+def test_avx2_kernel_sums_in_its_documented_order():
+    """The AVX2 kernel's arithmetic, emulated in float32 (bfloat16 products are exact in float32): per
+    chunk of 16 along K, lane l accumulates k = 16j + 2l, then k = 16j + 2l + 1; then the 8 lanes are
+    summed as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))."""
+    if fast_linear.kernel_isa() != "avx2":
+        pytest.skip("not the AVX2 kernel")
+    x, w, _ = _case(100, 37, rows=5, seed=3)
+    kp = 112
+    xf = F.pad(x.float(), (0, kp - 100)).view(5, kp // 16, 8, 2)
+    wf = F.pad(w.float(), (0, kp - 100)).view(37, kp // 16, 8, 2)
+    acc = torch.zeros(5, 37, 8)
+    for j in range(kp // 16):
+        for e in range(2):
+            acc = acc + xf[:, None, j, :, e] * wf[None, :, j, :, e]
+    a = [acc[..., i] for i in range(8)]
+    want = ((a[0] + a[1]) + (a[2] + a[3])) + ((a[4] + a[5]) + (a[6] + a[7]))
+    assert torch.equal(fast_linear.kernel().rows_linear(x, w), want)
+
+
+def test_kernel_isa_names_the_build():
+    isa = fast_linear.kernel_isa()
+    assert (isa is None) == (fast_linear.kernel() is None)
+    assert isa in (None, "avx512_bf16", "avx2")
+    if isa == "avx2":
+        assert hasattr(fast_linear.kernel(), "qk_scores")
 
 
 @pytest.mark.parametrize("with_kernel", [True, False])
@@ -57,7 +126,7 @@ def test_no_rows_give_an_empty_result(with_kernel, monkeypatch):
     if not with_kernel:
         monkeypatch.setattr(fast_linear, "kernel", lambda: None)
     elif fast_linear.kernel() is None:
-        pytest.skip("this CPU has no AVX512-BF16 kernel; the fallback case covers it")
+        pytest.skip("no CPU kernel here (neither AVX512-BF16 nor AVX2); the fallback case covers it")
     x, w, b = _case(640, 1030, rows=0)
     for fn in (fast_linear.linear, fast_linear.linear_float):
         assert fn(x, w, b).shape == (0, 1030)

@@ -6,7 +6,7 @@ import pytest
 import torch
 from specdec.models import fast_linear
 
-pytestmark = pytest.mark.skipif(fast_linear.kernel() is None, reason="no AVX512-BF16 kernel on this CPU")
+pytestmark = pytest.mark.skipif(fast_linear.kernel() is None, reason="no CPU kernel here (AVX512-BF16 or AVX2)")
 
 
 def _case(heads=2, tokens=3, groups=2, slots=40, dim=20, seed=0):
@@ -44,6 +44,44 @@ def test_order_reads_the_slots_it_names_bit_exactly():
         gathered = values[:, order[row % 3]]  # the copy torch's path makes
         want = k.probs_values(probs[:, row : row + 1], gathered, torch.empty(0, dtype=torch.long), 1)
         assert torch.equal(got[:, row], want[:, 0])
+
+
+def _chain(probs: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+    """The kernel's arithmetic in float32: per output element a chain over s ascending, skipping zero
+    probabilities (bfloat16 products are exact in float32, so each FMA is one float32 add), then rounded to
+    bfloat16 to nearest even."""
+    acc = torch.zeros(probs.shape[0], probs.shape[1], values.shape[2])
+    p, v = probs.float(), values.float()
+    for s in range(probs.shape[2]):
+        term = p[:, :, s, None] * v[:, None, s, :]
+        acc = torch.where(p[:, :, s, None] != 0, acc + term, acc)
+    return acc.bfloat16()
+
+
+@pytest.mark.parametrize("dim", [16, 20, 64, 72, 256])
+def test_each_element_is_the_documented_float32_chain(dim):
+    probs, values = _case(heads=2, tokens=3, groups=2, slots=33, dim=dim, seed=dim)
+    got = fast_linear.kernel().probs_values(probs, values, torch.empty(0, dtype=torch.long), 3)
+    assert torch.equal(got, _chain(probs, values))
+
+
+@pytest.mark.parametrize("rows", [1, 2, 3, 5, 8, 17, 64])
+def test_rows_are_bit_identical_for_any_row_count(rows):
+    probs, values = _case(heads=2, tokens=64, groups=1, slots=50, dim=40, seed=7)
+    k, none = fast_linear.kernel(), torch.empty(0, dtype=torch.long)
+    together = k.probs_values(probs, values, none, 64)
+    parts = torch.cat([k.probs_values(probs[:, i : i + rows], values, none, probs[:, i : i + rows].shape[1])
+                       for i in range(0, 64, rows)], dim=1)
+    assert torch.equal(parts, together)
+
+
+def test_ordered_rows_equal_an_explicit_gather():
+    probs, values = _case(heads=2, tokens=4, groups=3, slots=37, dim=24, seed=5)
+    slots = probs.shape[-1]
+    order = torch.stack([torch.randperm(slots, generator=torch.Generator().manual_seed(i)) for i in range(4)])
+    got = fast_linear.kernel().probs_values(probs, values, order, 4)
+    for row in range(probs.shape[1]):
+        assert torch.equal(got[:, row : row + 1], _chain(probs[:, row : row + 1], values[:, order[row % 4]]))
 
 
 def test_bad_shapes_are_refused():

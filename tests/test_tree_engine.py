@@ -12,7 +12,8 @@ import torch
 from specdec import LLM, SamplingParams
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.tree import tree_depths
-from specdec.engine.tree_step import tree_step
+from specdec.engine.sequence import SequenceState
+from specdec.engine.step import Work, run_step
 from stat_helpers import chi_square_pvalue
 from test_engine import (  # noqa: F401  (small_prompt and exact_first_tokens are fixtures)
     MAX_TOKENS,
@@ -116,8 +117,11 @@ class Recorder(Proposer):
         super().__init__(SimpleNamespace(num_speculative_tokens=1), target=None)
         self.feedbacks: list[tuple[int, object, list[int] | None]] = []
 
+    draft: Draft | None = None  # what propose returns (set by the test)
+
     def propose(self, tokens, max_tokens) -> Draft:
-        raise AssertionError("not used")
+        assert self.draft is not None, "not used"
+        return self.draft
 
     def feedback(self, num_accepted, verified=None, path=None) -> None:
         self.feedbacks.append((num_accepted, verified, path))
@@ -152,12 +156,16 @@ def test_tree_step_commits_the_kept_path_like_a_chain(zoo, model):
     draft, path = decoy_tree(out[1 : depth + 1], loaded.vocab_size, seed=0)
     assert path != list(range(depth))  # the cache must move entries
     runtime = loaded.new_runtime()
-    runtime.reset(256)
-    runtime.prefill(prompt)
     recorder = Recorder()
-    params = greedy()
-    size, produced = tree_step(runtime, recorder, draft, out[0], 100, 63, params, None, ())
-    assert (size, produced) == (len(draft), out[1 : depth + 2])
+    seq = SequenceState.create("0", prompt, greedy(), runtime, recorder, loaded.tokenizer, [])
+    seq.capacity = 256
+    runtime.reset(256)  # the chain below attends over a buffer of the same size
+    run_step([Work(seq, chunk=len(prompt))])  # the prefill: its token is out[0]
+    recorder.feedbacks.clear()
+    recorder.draft = draft
+    step = run_step([Work(seq, draft_limit=63)])["0"]
+    produced = step.new_token_ids
+    assert (seq.stats.num_draft_tokens, produced) == (len(draft), out[1 : depth + 2])
     assert recorder.feedbacks[0][0] == depth and recorder.feedbacks[0][2] == path
     assert runtime.length == len(prompt) + 1 + depth
     continued = runtime.forward([produced[-1], *after]).logits
@@ -277,7 +285,7 @@ def test_the_engine_distribution_test_detects_a_wrong_tree_verifier(
 ):
     """The test above must be able to fail: with a verifier that resamples the target's p after rejections
     (instead of the residual), the tokens drafted as siblings come out too often."""
-    monkeypatch.setattr("specdec.engine.tree_step.verify_tree_sampling", wrong_tree_verifier("resample_from_p"))
+    monkeypatch.setattr("specdec.verification.verify_draft.verify_tree_sampling", wrong_tree_verifier("resample_from_p"))
     llm = tree_llm(zoo, "small_vocab", "small_vocab_draft", top_k=3, depth=2, sample=False)
     samples = sample_first_tokens(llm, small_prompt, "t1")
     assert min(first_tokens_pvalues(samples, exact_first_tokens["t1"], llm.model.vocab_size)) < 1e-6

@@ -13,6 +13,14 @@ from specdec.engine.loop import StepOutput, generate_tokens
 from specdec.engine.stats import SpecDecodingStats
 from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from specdec.sampling_params import SamplingParams
+from specdec.scheduling.cost_curve import CostCurve, measure_cost_curve
+from specdec.scheduling.draft_length import (
+    AutoDraftLength,
+    DraftLengthByBatchSize,
+    DraftLengthPolicy,
+    FixedDraftLength,
+)
+from specdec.scheduling.scheduler import DEFAULT_KV_CACHE_BYTES, BatchScheduler, SchedulerConfig
 from specdec.speculative_config import SpeculativeConfig
 
 Prompt = str | dict[str, Any]  # text, or {"prompt_token_ids": [...]} like vLLM's TokensPrompt
@@ -46,6 +54,9 @@ class LLM:
         dtype: "bfloat16" (default) or "float32".
         device: "cpu", "cuda", ...; default CUDA when available.
         max_model_len: longest prompt + max_tokens accepted; default the model's max_position_embeddings.
+        max_num_seqs: sequences `generate` runs at once in one batched forward (continuous batching).
+        max_num_batched_tokens: rows per step (verification rows, then prefill chunks).
+        kv_cache_memory_bytes: the running sequences' KV caches together (admission waits beyond it).
     """
 
     def __init__(
@@ -56,6 +67,9 @@ class LLM:
         device: str | None = None,
         max_model_len: int | None = None,
         loaded: LoadedModel | None = None,
+        max_num_seqs: int = 32,
+        max_num_batched_tokens: int = 2048,
+        kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
     ) -> None:
         if isinstance(speculative_config, dict):
             speculative_config = SpeculativeConfig.from_dict(speculative_config)
@@ -72,6 +86,80 @@ class LLM:
         self.eos_token_ids = _eos_ids(self.model)
         self.stats = SpecDecodingStats()
         self._ids = itertools.count()
+        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, kv_cache_memory_bytes)
+        problems = self.scheduler_config.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self._policy: DraftLengthPolicy | None = None
+        self._scheduler: BatchScheduler | None = None
+        self._scheduler_proposer: Proposer | None = None
+
+    @property
+    def draft_length_policy(self) -> DraftLengthPolicy:
+        """The draft length per sequence and step; "auto" measures the target's cost curve on first use."""
+        if self._policy is None:
+            self._policy = self._make_policy()
+        return self._policy
+
+    def _make_policy(self) -> DraftLengthPolicy:
+        c = self.speculative_config
+        if c is None:  # plain decoding, or a proposer set by hand: whatever it drafts
+            return FixedDraftLength(None)
+        if c.by_batch_size:
+            return DraftLengthByBatchSize(c.by_batch_size, c.num_speculative_tokens)
+        if c.auto:
+            return AutoDraftLength(self.cost_curve(), c.num_speculative_tokens)
+        return FixedDraftLength(None)
+
+    def cost_curve(self) -> CostCurve:
+        """The target's measured forward cost against rows, shared by every LLM over the same loaded model."""
+        curve = getattr(self.model, "cost_curve", None)
+        if curve is None:
+            largest = self.scheduler_config.max_num_seqs * (self.speculative_config.num_speculative_tokens + 1
+                                                            if self.speculative_config else 1)
+            rows = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n < 2 * largest] or [1, 2]
+            curve = measure_cost_curve(self.model.new_runtime, capacity=512, row_counts=rows, context=64)
+            self.model.cost_curve = curve  # type: ignore[attr-defined]
+        return curve
+
+    def new_proposer(self) -> Proposer:
+        if self.speculative_config is None:
+            raise ValueError("plain decoding has no proposer")
+        return get_method(self.speculative_config.method)(self.speculative_config.options, self.model)
+
+    @property
+    def scheduler(self) -> BatchScheduler:
+        """The continuous-batching scheduler `generate` runs on (kept from call to call, with its runtimes
+        and proposers, until `proposer` is replaced)."""
+        if self._scheduler is None or self._scheduler_proposer is not self.proposer:
+            self._scheduler = self.new_scheduler()
+            self._scheduler_proposer = self.proposer
+        return self._scheduler
+
+    def new_scheduler(self, max_num_seqs: int | None = None) -> BatchScheduler:
+        """A continuous-batching scheduler over this model and method (what `generate` and the server use).
+
+        Each running sequence gets its own proposer: this LLM's `proposer` first, then new ones built from
+        the speculative config. A proposer set by hand without a config cannot be copied, so its scheduler
+        runs one sequence at a time."""
+        config = self.scheduler_config
+        spec, own = self.speculative_config, self.proposer
+        if own is not None and spec is None:
+            max_num_seqs = 1
+        if max_num_seqs is not None:
+            config = SchedulerConfig(max_num_seqs, config.max_num_batched_tokens, config.kv_cache_memory_bytes,
+                                     config.max_attention_elements)
+        first = [own] if own is not None else []
+
+        def new_proposer() -> Proposer:
+            return first.pop() if first else self.new_proposer()
+
+        num = own.num_speculative_tokens if own is not None else 0
+        return BatchScheduler(
+            self.model.new_runtime, new_proposer if own is not None else None, self.tokenizer,
+            self.eos_token_ids, self.model.kv_bytes_per_token, self.draft_length_policy, config, self.max_model_len,
+            num_speculative_tokens=num,
+        )
 
     def get_tokenizer(self) -> Any:
         return self.tokenizer
@@ -113,38 +201,46 @@ class LLM:
             params_list = list(sampling_params)
             if len(params_list) != len(prompts):
                 raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
-        iterator = zip(prompts, params_list)
-        if use_tqdm:
-            from tqdm import tqdm
+        encoded = [self.encode(p) for p in prompts]
+        scheduler = self.scheduler
+        if scheduler.has_unfinished:
+            raise RuntimeError("generate is already running on this LLM")
+        last: dict[str, StepOutput] = {}
+        progress = None
+        try:
+            ids = [scheduler.add(tokens, params) for (_, tokens), params in zip(encoded, params_list)]
+            if use_tqdm:
+                from tqdm import tqdm
 
-            iterator = tqdm(iterator, total=len(prompts), desc="generating")
+                progress = tqdm(total=len(prompts), desc="generating")
+            while scheduler.has_unfinished:
+                for rid, out in scheduler.step().items():
+                    last[rid] = out
+                    if out.finish is not None and progress is not None:
+                        progress.update(1)
+        finally:
+            scheduler.abort_all()  # after a failure: nothing of this call stays queued
+            if progress is not None:
+                progress.close()
         outputs = []
-        for prompt, params in iterator:
-            text, ids = self.encode(prompt)
-            last = None
-            for last in self.stream({"prompt_token_ids": ids}, params):
-                pass
-            assert last is not None  # generate_tokens always yields at least once
-            checker = last.checker
-            finish = checker.finish
-            outputs.append(
-                RequestOutput(
-                    request_id=str(next(self._ids)),
-                    prompt=text,
-                    prompt_token_ids=ids,
-                    outputs=[
-                        CompletionOutput(
-                            index=0,
-                            text=checker.text(),
-                            token_ids=list(checker.output),
-                            finish_reason=finish.reason if finish else None,
-                            stop_reason=finish.stop_reason if finish else None,
-                        )
-                    ],
-                    spec_decoding_stats=last.stats,
-                )
-            )
+        for rid, (text, tokens) in zip(ids, encoded):
+            step = last[rid]
+            self.stats.merge(step.stats)
+            outputs.append(_request_output(str(next(self._ids)), text, tokens, step))
         return outputs
+
+
+def _request_output(request_id: str, prompt: str | None, prompt_ids: list[int], step: StepOutput) -> RequestOutput:
+    checker, finish = step.checker, step.checker.finish
+    completion = CompletionOutput(
+        index=0,
+        text=checker.text(),
+        token_ids=list(checker.output),
+        finish_reason=finish.reason if finish else None,
+        stop_reason=finish.stop_reason if finish else None,
+    )
+    return RequestOutput(request_id=request_id, prompt=prompt, prompt_token_ids=prompt_ids, outputs=[completion],
+                         spec_decoding_stats=step.stats)
 
 
 def _eos_ids(model: LoadedModel) -> list[int]:

@@ -1,7 +1,18 @@
 """`speculative_config`: vLLM's keys, validated against the chosen method's own options.
 
-A method declares its options as a dataclass (see drafting/); this module only reads the method name,
-checks the other keys against that dataclass and reports every problem with the valid choices.
+A method declares its options as a dataclass (see drafting/); this module only reads the method name and
+the draft-length schedule (common to every method), checks the other keys against that dataclass and
+reports every problem with the valid choices.
+
+Draft length per step, across a batch:
+- `"num_speculative_tokens": k` (default: the method's): k every step, whatever the batch size.
+- `"num_speculative_tokens": "auto"`: each step, each sequence gets the draft length, zero included, that
+  maximises the batch's expected accepted tokens per second, from the target's measured cost curve and
+  the sequence's own acceptance per draft position (scheduling/draft_length.py). `max_num_speculative_tokens`
+  (default: the method's default length) caps it.
+- `"num_speculative_tokens_by_batch_size": [[first, last, k], ...]`: k while the number of running
+  sequences is in [first, last] (vLLM's per-batch-size speculation length); outside every range, the
+  method's num_speculative_tokens.
 """
 
 from __future__ import annotations
@@ -16,17 +27,28 @@ from typing import Any
 from specdec.drafting.registry import available_methods, get_method
 
 
+AUTO = "auto"
+
+
 @dataclass(frozen=True)
 class SpeculativeConfig:
     method: str
     options: Any  # the method's Options dataclass instance
+    auto: bool = False  # "num_speculative_tokens": "auto"
+    by_batch_size: tuple[tuple[int, int, int], ...] = ()  # (first, last, k) ranges of running sequences
 
     @property
     def num_speculative_tokens(self) -> int:
         return int(getattr(self.options, "num_speculative_tokens", 0))
 
     def to_dict(self) -> dict[str, Any]:
-        return {"method": self.method, **dataclasses.asdict(self.options)}
+        out = {"method": self.method, **dataclasses.asdict(self.options)}
+        if self.auto:
+            out["max_num_speculative_tokens"] = out.get("num_speculative_tokens")
+            out["num_speculative_tokens"] = AUTO
+        if self.by_batch_size:
+            out["num_speculative_tokens_by_batch_size"] = [list(r) for r in self.by_batch_size]
+        return out
 
     @classmethod
     def from_json(cls, text: str) -> SpeculativeConfig:
@@ -51,7 +73,45 @@ class SpeculativeConfig:
             if method == "ngram":
                 data.pop("model")
         proposer = get_method(method)
-        return cls(method=method, options=parse_options(proposer.Options, data, method))
+        auto, by_batch_size = _schedule(data)
+        return cls(method=method, options=parse_options(proposer.Options, data, method), auto=auto,
+                   by_batch_size=by_batch_size)
+
+
+def _schedule(data: dict[str, Any]) -> tuple[bool, tuple[tuple[int, int, int], ...]]:
+    """Pops the draft-length schedule keys off `data` (in place); the rest are the method's."""
+    auto = data.get("num_speculative_tokens") == AUTO
+    if auto:
+        data.pop("num_speculative_tokens")
+        cap = data.pop("max_num_speculative_tokens", None)
+        if cap is not None:
+            if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
+                raise ValueError(f"invalid speculative_config: max_num_speculative_tokens must be an int >= 1, got {cap!r}")
+            data["num_speculative_tokens"] = cap
+    elif "max_num_speculative_tokens" in data:
+        raise ValueError('invalid speculative_config: max_num_speculative_tokens goes with "num_speculative_tokens": "auto"')
+    ranges = data.pop("num_speculative_tokens_by_batch_size", None)
+    if ranges is None:
+        return auto, ()
+    if auto:
+        raise ValueError('invalid speculative_config: "num_speculative_tokens": "auto" and '
+                         "num_speculative_tokens_by_batch_size exclude each other")
+    shape = "a list of [first_batch_size, last_batch_size, num_speculative_tokens] with 1 <= first <= last, k >= 0"
+    if not isinstance(ranges, list) or not ranges:
+        raise ValueError(f"invalid speculative_config: num_speculative_tokens_by_batch_size must be {shape}")
+    out = []
+    for r in ranges:
+        ok = (isinstance(r, list) and len(r) == 3 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+              and 1 <= r[0] <= r[1] and r[2] >= 0)
+        if not ok:
+            raise ValueError(f"invalid speculative_config: num_speculative_tokens_by_batch_size must be {shape}, "
+                             f"got {r!r}")
+        out.append((r[0], r[1], r[2]))
+    out.sort()
+    for (a0, a1, _), (b0, _, _) in zip(out, out[1:]):
+        if b0 <= a1:
+            raise ValueError(f"invalid speculative_config: batch-size ranges overlap at {b0}")
+    return auto, tuple(out)
 
 
 def _type_ok(value: Any, annotation: Any) -> bool:

@@ -23,6 +23,8 @@ class SpecDecodingStats:
     num_accepted_tokens: int = 0
     accepted_per_position: list[int] = field(default_factory=list)  # [i]: steps whose draft token i was accepted
     drafted_per_position: list[int] = field(default_factory=list)  # [i]: steps that drafted a token at position i
+    # [k]: verification steps whose draft-length policy allowed k draft tokens (scheduling/draft_length.py)
+    chosen_draft_lengths: list[int] = field(default_factory=list)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -47,7 +49,18 @@ class SpecDecodingStats:
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_position = _add_lists(self.accepted_per_position, other.accepted_per_position)
         self.drafted_per_position = _add_lists(self.drafted_per_position, other.drafted_per_position)
+        self.chosen_draft_lengths = _add_lists(self.chosen_draft_lengths, other.chosen_draft_lengths)
         return self
+
+    def record_choice(self, length: int) -> None:
+        if len(self.chosen_draft_lengths) <= length:
+            self.chosen_draft_lengths.extend([0] * (length + 1 - len(self.chosen_draft_lengths)))
+        self.chosen_draft_lengths[length] += 1
+
+    @property
+    def mean_chosen_draft_length(self) -> float:
+        steps = sum(self.chosen_draft_lengths)
+        return sum(k * n for k, n in enumerate(self.chosen_draft_lengths)) / steps if steps else 0.0
 
     @property
     def acceptance_rate(self) -> float:
@@ -77,6 +90,8 @@ class SpecDecodingStats:
             "num_accepted_tokens": self.num_accepted_tokens,
             "accepted_per_position": list(self.accepted_per_position),
             "acceptance_rate_per_position": [round(x, 4) for x in self.acceptance_rate_per_position],
+            "chosen_draft_lengths": list(self.chosen_draft_lengths),
+            "mean_chosen_draft_length": round(self.mean_chosen_draft_length, 4),
             "acceptance_rate": round(self.acceptance_rate, 4),
             "mean_acceptance_length": round(self.mean_acceptance_length, 4),
             "prefill_seconds": round(self.prefill_seconds, 4),

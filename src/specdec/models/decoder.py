@@ -2,14 +2,15 @@
 
 It computes exactly what the transformers implementation computes, op for op in the same dtype, but
 over a preallocated KVCache with an explicit mask, with q/k/v and gate/up projections fused, and
-without per-call Python overhead that does not matter for one sequence. Batch size is one; the token
-axis is the leading one ([T, hidden]).
+without per-call Python overhead that does not matter for one sequence. The token axis is the leading
+one ([T, hidden]); a batch of sequences is their rows one after another, with attention run per sequence
+over its own cache (`forward_batch`), so a sequence's numbers never depend on what shares its forward.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 import torch.nn.functional as F
@@ -46,8 +47,9 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _kernel_probs_values(probs: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None,
                          tokens: int) -> torch.Tensor | None:
-    """probs [kv_heads, groups * T, capacity] @ values through our CPU kernel (kernels/probs_values.cpp), or
-    None where it does not apply (not bfloat16 on CPU, or no kernel: then torch's path below, exact too)."""
+    """probs [kv_heads, groups * T, capacity] @ values through our CPU kernel (kernels/probs_values.cpp or
+    avx2_probs_values.cpp, same arithmetic), or None where it does not apply (not bfloat16 on CPU, or no
+    kernel: then torch's path below, exact too)."""
     if probs.dtype != torch.bfloat16 or probs.device.type != "cpu":
         return None
     k = fast_linear.kernel()
@@ -75,15 +77,21 @@ def attention(
     With `order` (a draft tree), token i reads its columns in its own slot order, which puts its ancestors
     at the slots a chain would give them (`tree_slot_order`), and `mask` is in that order too. The float
     sums of the softmax and of probs x values then group their terms exactly as plain decoding does, so a
-    tree node's output is bit-identical to the same token decoded alone. On CPUs with AVX512-BF16, probs x
-    values runs in our kernel, which reads each token's slots in its order without copying the values;
-    elsewhere torch gathers a copy of the values per token (slower for trees, as exact).
+    tree node's output is bit-identical to the same token decoded alone. Where our CPU kernels exist
+    (fast_linear.kernel(): AVX512-BF16 or AVX2), probs x values runs in them, reading each token's slots in
+    its order without copying the values; elsewhere torch gathers a copy of the values per token (slower
+    for trees, as exact). The AVX2 kernels also compute the scores (`qk_scores`): each a float32 dot
+    product in a fixed order, not rounded to bfloat16 as torch's bfloat16 matmul rounds it.
     """
     t, heads, dim = q.shape
     kv_heads = keys_t.shape[0]
     groups = heads // kv_heads
     q = q.view(t, kv_heads, groups, dim).permute(1, 2, 0, 3).reshape(kv_heads, groups * t, dim)
-    scores = matmul(q, keys_t).float().mul_(scale)
+    k = fast_linear.kernel() if q.dtype == torch.bfloat16 and q.device.type == "cpu" else None
+    if k is not None and hasattr(k, "qk_scores"):
+        scores = k.qk_scores(q, keys_t).mul_(scale)
+    else:
+        scores = matmul(q, keys_t).float().mul_(scale)
     if order is not None:
         scores = scores.gather(-1, order.repeat(groups, 1).expand(kv_heads, -1, -1))
     probs = scores.add_(mask).softmax(dim=-1).to(values.dtype)
@@ -123,6 +131,15 @@ class RopeTable:
         sin = (emb.sin() * self.scaling).to(dtype)
         half = sin.shape[-1] // 2
         self.sin = torch.cat((-sin[:, :half], sin[:, half:]), dim=-1)
+
+
+def _row_indices(rows: torch.Tensor | slice | None, start: int, size: int) -> torch.Tensor | None:
+    """A sequence's logit rows (a slice or indices into its own T rows) as indices into the batch."""
+    if rows is None:
+        return None
+    if isinstance(rows, slice):
+        return torch.arange(size)[rows] + start
+    return rows.cpu() + start
 
 
 class DecoderLayer(nn.Module):
@@ -167,6 +184,18 @@ class DecoderLayer(nn.Module):
         cache: KVCache,
         order: torch.Tensor | None = None,  # [T, capacity] per-token slot order (draft trees), see attention
     ) -> torch.Tensor:
+        """One sequence's rows (the MTP drafter runs its block this way)."""
+        return self.forward_batch(h, cos, sin, [SequenceRows(0, h.shape[0], cache, {self.window: mask}, order)])
+
+    def forward_batch(
+        self,
+        h: torch.Tensor,  # [N, hidden]: the rows of every sequence, one after another
+        cos: torch.Tensor,  # [N, 1, head_dim]
+        sin: torch.Tensor,
+        sequences: Sequence[SequenceRows],
+    ) -> torch.Tensor:
+        """Projections and MLP over all rows at once (row-invariant linears: a row's result does not depend
+        on its neighbours), attention per sequence over its own cache exactly as when it runs alone."""
         a, t = self.arch, h.shape[0]
         x = self.norm(h, "input_norm")
         qkv = linear(x, self.qkv.weight, self.qkv.bias).view(t, a.num_heads + 2 * a.num_kv_heads, a.head_dim)
@@ -175,8 +204,11 @@ class DecoderLayer(nn.Module):
             qk = self.norm(qk, "qk_norm")
         qk = apply_rope(qk, cos, sin)
         q, k = qk[:, : a.num_heads], qk[:, a.num_heads :]
-        keys_t, values = cache.write(self.index, k, v)
-        attn = attention(q, keys_t, values, mask, a.attn_scale, order)
+        parts = []
+        for s in sequences:
+            keys_t, values = s.cache.write(self.index, k[s.start : s.end], v[s.start : s.end])
+            parts.append(attention(q[s.start : s.end], keys_t, values, s.masks[self.window], a.attn_scale, s.order))
+        attn = parts[0] if len(parts) == 1 else torch.cat(parts)
         attn = linear(attn, self.o.weight, self.o.bias)
         if a.sandwich_norm:
             h = h + self.norm(attn, "post_attn_norm")
@@ -190,6 +222,30 @@ class DecoderLayer(nn.Module):
         if a.sandwich_norm:
             out = self.norm(out, "post_ffn_norm")
         return h + out
+
+
+@dataclass
+class SequenceRows:
+    """Where one sequence's rows sit in a batched forward, and what its attention reads."""
+
+    start: int
+    end: int
+    cache: KVCache
+    masks: dict[int | None, torch.Tensor]  # window -> [groups * T, capacity] float32 additive
+    order: torch.Tensor | None = None  # [T, capacity] per-token slot order of a draft tree
+
+
+@dataclass
+class DecoderInput:
+    """One sequence's part of a (batched) decoder forward."""
+
+    tokens: torch.Tensor  # [T]
+    positions: torch.Tensor  # [T]
+    masks: dict[int | None, torch.Tensor]  # window -> [T, capacity] bool
+    cache: KVCache
+    capture: Sequence[int] = ()
+    logit_rows: torch.Tensor | slice | None = field(default_factory=lambda: slice(None))
+    order: torch.Tensor | None = None  # [T, capacity] per-token slot order of a draft tree
 
 
 @dataclass
@@ -252,27 +308,66 @@ class Decoder(nn.Module):
         logit_rows: torch.Tensor | slice | None = slice(None),
         order: torch.Tensor | None = None,  # [T, capacity] per-token slot order of a draft tree
     ) -> DecoderOutput:
+        """One sequence: a batch of one, through the same code as any batch."""
+        return self.forward_batch([DecoderInput(tokens, positions, masks, cache, capture, logit_rows, order)])[0]
+
+    def forward_batch(self, inputs: Sequence[DecoderInput]) -> list[DecoderOutput]:
+        """Several sequences in one pass over the weights. Each sequence's outputs are bit-identical to its
+        forward alone: linears and norms are per row, attention reads only the sequence's own cache."""
+        if not inputs:
+            return []
+        sizes = [int(x.tokens.shape[0]) for x in inputs]
+        starts = [0]
+        for n in sizes:
+            starts.append(starts[-1] + n)
+        tokens = inputs[0].tokens if len(inputs) == 1 else torch.cat([x.tokens for x in inputs])
+        positions = inputs[0].positions if len(inputs) == 1 else torch.cat([x.positions for x in inputs])
         h = self.embed_tokens(tokens)
         end = int(positions.max()) + 1
         tables = {}
         for kind, table in self.rope.items():
-            table.ensure(max(end, cache.capacity), h.dtype)
+            table.ensure(max(end, *(x.cache.capacity for x in inputs)), h.dtype)
             tables[kind] = (table.cos[positions][:, None], table.sin[positions][:, None])
         groups = self.arch.num_heads // self.arch.num_kv_heads
         # bool [T, C] -> additive float [groups * T, C], once per forward rather than per layer
         zero = torch.zeros((), dtype=torch.float32, device=h.device)
-        masks = {w: torch.where(m, zero, float("-inf")).repeat(groups, 1) for w, m in masks.items()}
+        rows = [
+            SequenceRows(starts[i], starts[i + 1], x.cache,
+                         {w: torch.where(m, zero, float("-inf")).repeat(groups, 1) for w, m in x.masks.items()},
+                         x.order)
+            for i, x in enumerate(inputs)
+        ]
+        capture = sorted({layer for x in inputs for layer in x.capture})
         hidden: dict[int, torch.Tensor] = {}
         for i, layer in enumerate(self.layers):
             if i in capture:
                 hidden[i] = h
             cos, sin = tables[self.arch.layer_types[i] if len(tables) > 1 else next(iter(tables))]
-            h = layer(h, cos, sin, masks[layer.window], cache, order)
+            h = layer.forward_batch(h, cos, sin, rows)
         if len(self.layers) in capture:
             hidden[len(self.layers)] = h
         final = rms_norm(h, self.final_scale, self.arch.rms_norm_eps, self.arch.gemma_norm)
-        logits = None if logit_rows is None else self.logits(final[logit_rows])
-        return DecoderOutput(logits=logits, hidden=hidden, final_hidden=final)
+        # every sequence's logit rows through one LM head call
+        picks = [_row_indices(x.logit_rows, starts[i], sizes[i]) for i, x in enumerate(inputs)]
+        wanted = [p for p in picks if p is not None]
+        logits = None
+        if wanted:
+            index = torch.cat(wanted).to(h.device)
+            logits = self.logits(final[index])
+        outputs, offset = [], 0
+        for i, x in enumerate(inputs):
+            lo, hi = starts[i], starts[i + 1]
+            seq_logits = None
+            if picks[i] is not None:
+                n = picks[i].numel()
+                seq_logits = logits[offset : offset + n]
+                offset += n
+            outputs.append(DecoderOutput(
+                logits=seq_logits,
+                hidden={layer: hidden[layer][lo:hi] for layer in x.capture},
+                final_hidden=final[lo:hi],
+            ))
+        return outputs
 
     def prepare(self) -> Decoder:
         """Call once the weights are loaded (and after any change to them): caches derived tensors."""

@@ -1,12 +1,16 @@
 """Linear layers whose rows do not depend on how many rows share the call.
 
-Speculative decoding verifies K+1 tokens in one forward where plain decoding runs one; greedy output is
-identical only if each row comes out bit-identical either way. On CPUs with AVX512-BF16 a small kernel
-of ours (kernels/bf16_rows_linear.cpp, built once on first use) computes bfloat16 rows with a fixed
-accumulation order, and also runs much closer to memory bandwidth than oneDNN does for a few rows.
-Elsewhere F.linear is used; on CPU its single-row GEMV path rounds differently from its multi-row
-path, so a single row is run as two. Prefill-sized calls (more than MAX_KERNEL_ROWS rows) use F.linear:
-they are never compared row by row with anything.
+Speculative decoding verifies K+1 tokens in one forward where plain decoding runs one (and several
+sequences may share a forward); greedy output is identical only if each row comes out bit-identical
+either way. No library promises that for bfloat16 on CPU: oneDNN's single-row (GEMV) path rounds
+differently from its multi-row path, and where torch's bfloat16 GEMMs happen to be row-invariant they are
+very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
+output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
+the blocking or the threads. On CPUs with AVX512-BF16 the sources are bf16_rows_linear.cpp and
+probs_values.cpp; on CPUs with AVX2 + FMA, avx2_*.cpp (which also compute the attention scores,
+`qk_scores`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+(prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
+run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """
 
 from __future__ import annotations
@@ -23,22 +27,51 @@ import torch.nn.functional as F
 
 logger = logging.getLogger(__name__)
 
-MAX_KERNEL_ROWS = 64  # covers every decode and verification forward (see engine.loop.MAX_TOKENS_PER_FORWARD)
 
-
-def _cpu_has_avx512_bf16() -> bool:
+def _cpu_flags() -> set[str]:
     try:
-        flags = Path("/proc/cpuinfo").read_text()
+        text = Path("/proc/cpuinfo").read_text()
     except OSError:
-        return False
-    return all(f in flags for f in ("avx512_bf16", "avx512bw", "avx512vl"))
+        return set()
+    for line in text.splitlines():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+# ISA -> (extension name, sources, compiler flags); the names differ so the builds never share torch's cache
+_BUILDS = {
+    "avx512_bf16": ("specdec_cpu_kernels", ["bf16_rows_linear.cpp", "probs_values.cpp"],
+                    ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]),
+    "avx2": ("specdec_cpu_kernels_avx2",
+             ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_probs_values.cpp", "avx2_qk_scores.cpp"],
+             ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]),
+}
+
+
+@cache
+def _cpu_isa() -> str | None:
+    flags = _cpu_flags()
+    if {"avx512_bf16", "avx512bw", "avx512vl"} <= flags:
+        return "avx512_bf16"
+    if {"avx2", "fma"} <= flags:
+        return "avx2"
+    return None
+
+
+def kernel_isa() -> str | None:
+    """"avx512_bf16" or "avx2": which kernels `kernel()` built; None when there are none."""
+    return _cpu_isa() if kernel() is not None else None
 
 
 @cache
 def kernel() -> Any | None:
-    """The compiled kernel module, or None (no AVX512-BF16, no compiler, or SPECDEC_NO_KERNELS=1)."""
-    if os.environ.get("SPECDEC_NO_KERNELS") == "1" or not _cpu_has_avx512_bf16():
+    """The compiled kernel module, or None (neither AVX512-BF16 nor AVX2 + FMA, no compiler, or
+    SPECDEC_NO_KERNELS=1). Both builds have rows_linear and probs_values; only the AVX2 one has qk_scores."""
+    isa = _cpu_isa()
+    if os.environ.get("SPECDEC_NO_KERNELS") == "1" or isa is None:
         return None
+    name, sources, cflags = _BUILDS[isa]
     try:
         from torch.utils.cpp_extension import load
 
@@ -48,11 +81,11 @@ def kernel() -> Any | None:
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         folder = Path(__file__).with_name("kernels")
-        logger.info("building the bfloat16 row kernels (once, ~30 s)")
+        logger.info("building the bfloat16 row kernels for %s (once, ~30 s)", isa)
         return load(
-            name="specdec_cpu_kernels",
-            sources=[str(folder / "bf16_rows_linear.cpp"), str(folder / "probs_values.cpp")],
-            extra_cflags=["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"],
+            name=name,
+            sources=[str(folder / source) for source in sources],
+            extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],
             verbose=False,
         )
@@ -63,7 +96,7 @@ def kernel() -> Any | None:
 
 def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """float32 x @ weight.T (+ bias) through the kernel when it applies, else None."""
-    if x.dtype != torch.bfloat16 or x.device.type != "cpu" or x.shape[0] > MAX_KERNEL_ROWS:
+    if x.dtype != torch.bfloat16 or x.device.type != "cpu":
         return None
     k = kernel()
     if k is None:

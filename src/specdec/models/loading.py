@@ -107,6 +107,14 @@ class LoadedModel:
     def num_layers(self) -> int:
         return self.config.get_text_config().num_hidden_layers
 
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of keys and values one token takes in a sequence's cache."""
+        c = self.config.get_text_config()
+        kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
+        head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
+        return 2 * c.num_hidden_layers * kv_heads * head_dim * self.dtype.itemsize
+
     def new_runtime(self, num_layers: int | None = None) -> ModelRuntime:
         """A runtime with its own KV cache; `num_layers` < all gives the shared-weight self-draft."""
         if self.decoder is not None:

@@ -1,9 +1,11 @@
 """The model runtime the engine and the drafters talk to: forward new tokens, then commit what was kept.
 
-One sequence at a time. `forward` appends T tokens after the committed ones, as a chain or as a draft
+One runtime holds one sequence. `forward` appends T tokens after the committed ones, as a chain or as a draft
 tree (`parents`), and can return the logits of chosen rows and the hidden states of chosen layers;
 `commit(kept)` keeps any subset of those T tokens (a prefix, or the accepted path of a tree) and drops
 the rest; `truncate` rolls committed tokens back.
+`forward_batch(runtimes, calls)` runs several sequences' forwards in one pass over the weights where the
+runtimes share a native decoder; each result is bit-identical to that runtime's `forward` alone.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import torch
 
 from specdec.models.attention_mask import build_mask, chain_parents, reorder_mask, tree_ancestry, tree_slot_order
 from specdec.models import fast_linear
-from specdec.models.decoder import Decoder
+from specdec.models.decoder import Decoder, DecoderInput
 from specdec.models.kv_cache import KVCache
 
 LogitRows = str | Sequence[int] | None  # "all", "last", explicit row indices, or None for no logits
@@ -27,6 +29,16 @@ class ForwardResult:
     logits: torch.Tensor | None  # [R, vocab] float32 for the requested rows
     hidden: dict[int, torch.Tensor]  # residual stream entering layer i, [T, hidden]; i == num_layers: final layer output
     final_hidden: torch.Tensor | None  # [T, hidden] after the final norm (what the LM head sees)
+
+
+@dataclass
+class ForwardCall:
+    """The arguments of one `ModelRuntime.forward`, for a batch of them."""
+
+    tokens: Sequence[int]
+    parents: Sequence[int] | None = None
+    capture: Sequence[int] = ()
+    logit_rows: LogitRows = "all"
 
 
 class ModelRuntime(ABC):
@@ -62,6 +74,9 @@ class ModelRuntime(ABC):
     @abstractmethod
     def truncate(self, length: int) -> None:
         """Drops committed tokens beyond the first `length`."""
+
+    def release(self) -> None:
+        """Frees the sequence's KV cache (the next `reset` allocates it again)."""
 
     @property
     def scores_head_slices(self) -> bool:
@@ -123,15 +138,10 @@ class NativeRuntime(ModelRuntime):
             raise RuntimeError("call reset(capacity) before running the model")
         return self.cache
 
-    @torch.inference_mode()
-    def forward(
-        self,
-        tokens: Sequence[int],
-        parents: Sequence[int] | None = None,
-        capture: Sequence[int] = (),
-        logit_rows: LogitRows = "all",
-    ) -> ForwardResult:
+    def decoder_input(self, call: ForwardCall) -> tuple[DecoderInput, int]:
+        """Reserves the call's slots in this runtime's cache and builds its positions, masks and tree order."""
         cache = self._require_cache()
+        tokens, parents = call.tokens, call.parents
         t = len(tokens)
         if t == 0:
             raise ValueError("forward needs at least one token")
@@ -151,9 +161,17 @@ class NativeRuntime(ModelRuntime):
             order = tree_slot_order(ancestry, cache.length, cache.capacity)
             masks = {w: reorder_mask(m, order, depth, cache.length) for w, m in masks.items()}
         ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
-        out = self.decoder(ids, positions, masks, cache, capture=capture, logit_rows=_rows(logit_rows, t),
-                           order=order)
-        return ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)
+        return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order), t
+
+    @torch.inference_mode()
+    def forward(
+        self,
+        tokens: Sequence[int],
+        parents: Sequence[int] | None = None,
+        capture: Sequence[int] = (),
+        logit_rows: LogitRows = "all",
+    ) -> ForwardResult:
+        return forward_batch([self], [ForwardCall(tokens, parents, capture, logit_rows)])[0]
 
     @property
     def scores_head_slices(self) -> bool:
@@ -169,3 +187,30 @@ class NativeRuntime(ModelRuntime):
 
     def truncate(self, length: int) -> None:
         self._require_cache().truncate(length)
+
+    def release(self) -> None:
+        self.cache = None
+
+
+@torch.inference_mode()
+def forward_batch(runtimes: Sequence[ModelRuntime], calls: Sequence[ForwardCall]) -> list[ForwardResult]:
+    """`runtimes[i].forward(calls[i])` for every i: one pass over the weights for the native runtimes that
+    share a decoder (bit-identical to each alone), one call each for any other runtime."""
+    if len(runtimes) != len(calls):
+        raise ValueError(f"{len(calls)} calls for {len(runtimes)} runtimes")
+    if len({id(r) for r in runtimes}) != len(runtimes):
+        raise ValueError("a runtime appears twice in one batch")
+    results: list[ForwardResult | None] = [None] * len(runtimes)
+    groups: dict[int, list[int]] = {}
+    for i, runtime in enumerate(runtimes):
+        if isinstance(runtime, NativeRuntime):
+            groups.setdefault(id(runtime.decoder), []).append(i)
+        else:
+            c = calls[i]
+            results[i] = runtime.forward(c.tokens, c.parents, c.capture, c.logit_rows)
+    for members in groups.values():
+        inputs = [runtimes[i].decoder_input(calls[i])[0] for i in members]  # type: ignore[attr-defined]
+        outs = runtimes[members[0]].decoder.forward_batch(inputs)  # type: ignore[attr-defined]
+        for i, out in zip(members, outs):
+            results[i] = ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)
+    return [r for r in results if r is not None]

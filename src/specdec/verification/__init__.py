@@ -12,8 +12,10 @@ from specdec.verification.probabilities import sampling_probs, sample
 from specdec.verification.result import Verification
 from specdec.verification.sampling import verify_sampling
 from specdec.verification.tree import verify_tree_greedy, verify_tree_sampling
+from specdec.verification.verify_draft import TargetRows, verify
 
 __all__ = [
+    "TargetRows",
     "Verification",
     "sample",
     "sampling_probs",
@@ -21,4 +23,5 @@ __all__ = [
     "verify_sampling",
     "verify_tree_greedy",
     "verify_tree_sampling",
+    "verify",
 ]

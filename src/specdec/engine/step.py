@@ -1,0 +1,195 @@
+"""One engine step for a whole batch: propose -> one target forward -> verify -> commit -> feedback.
+
+Every running sequence brings rows to the same target forward: a prefill chunk of its prompt, or its
+pending token plus its draft. A chain is the tree with parents -1, 0, 1, ...; plain decoding is the step
+with an empty draft. Each sequence keeps its own KV cache, and the batched forward gives each one the
+same bits as its forward alone, so every output equals its batch-1 plain output under greedy decoding.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import torch
+
+from specdec.drafting.base import EMPTY_DRAFT, Draft
+from specdec.drafting.tree import prune_to_depth, tree_depths
+from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD, SequenceState
+from specdec.engine.stats import SpecDecodingStats
+from specdec.engine.stopping import Finish, StopChecker
+from specdec.models.runtime import ForwardCall, ForwardResult, forward_batch
+from specdec.sampling_params import SamplingParams
+from specdec.verification import TargetRows, sample, sampling_probs, verify
+
+
+@dataclass
+class StepOutput:
+    new_token_ids: list[int]  # tokens this step added to the output (already cut at a stop)
+    finish: Finish | None  # set on the last step
+    checker: StopChecker
+    stats: SpecDecodingStats = field(repr=False, default_factory=SpecDecodingStats)
+
+
+@dataclass
+class Work:
+    """What one sequence does in a step: a prefill chunk of `chunk` prompt tokens, or a verification step
+    with at most `draft_limit` draft tokens."""
+
+    seq: SequenceState
+    chunk: int = 0
+    draft_limit: int = 0
+
+
+@dataclass
+class _Planned:
+    work: Work
+    call: ForwardCall
+    draft: Draft = field(default_factory=lambda: EMPTY_DRAFT)
+    tree: Draft | None = None  # the draft as verified (a tree cut to the request's room), None for a chain
+    kept: list[int] | None = None  # original indices of the tree's kept nodes
+
+
+def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+    if params.greedy:
+        return int(logits.argmax())
+    return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
+
+
+def _plan_decode(work: Work, early_exit: bool) -> _Planned:
+    seq = work.seq
+    proposer, room = seq.proposer, seq.room
+    limit = min(room, work.draft_limit)
+    draft = proposer.propose(seq.tokens, limit) if proposer is not None and limit > 0 else EMPTY_DRAFT
+    token = seq.tokens[-1]
+    rows = None if early_exit else "all"
+    if draft.parents is None:
+        if len(draft) > limit:
+            raise RuntimeError(f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {limit} allowed")
+        call = ForwardCall([token, *draft.tokens], None, seq.capture, rows)
+        return _Planned(work, call, draft)
+    if len(draft) > MAX_TOKENS_PER_FORWARD - 1:  # checked before the cut: independent of max_tokens
+        raise RuntimeError(
+            f"{type(proposer).__name__} drafted a tree of {len(draft)} nodes, more than {MAX_TOKENS_PER_FORWARD - 1}"
+        )
+    tree, kept = prune_to_depth(draft, room)  # deeper nodes could only be accepted past max_tokens
+    assert tree.parents is not None
+    call = ForwardCall([token, *tree.tokens], [-1, *(p + 1 for p in tree.parents)], seq.capture, rows)
+    return _Planned(work, call, draft, tree, kept)
+
+
+def _rows_at(result: ForwardResult, kept: list[int], size: int) -> ForwardResult:
+    """The forward of a cut tree laid out over the proposer's own draft indices: row kept[j] + 1 holds row
+    j + 1, the cut nodes' rows are zeros (they are never on the kept path)."""
+    index = torch.tensor([0, *(i + 1 for i in kept)])
+
+    def spread(x: torch.Tensor) -> torch.Tensor:
+        return x.new_zeros((size + 1, *x.shape[1:])).index_copy_(0, index.to(x.device), x)
+
+    return ForwardResult(
+        logits=None if result.logits is None else spread(result.logits),
+        hidden={layer: spread(h) for layer, h in result.hidden.items()},
+        final_hidden=None if result.final_hidden is None else spread(result.final_hidden),
+    )
+
+
+def _joined(parts: list[ForwardResult]) -> ForwardResult:
+    """The prefill chunks' forwards as one forward over the whole prompt (what a proposer's begin() reads)."""
+    if len(parts) == 1:
+        return parts[0]
+    finals = [p.final_hidden for p in parts]
+    return ForwardResult(
+        logits=parts[-1].logits,
+        hidden={layer: torch.cat([p.hidden[layer] for p in parts]) for layer in parts[0].hidden},
+        final_hidden=None if any(f is None for f in finals) else torch.cat(finals),  # type: ignore[arg-type]
+    )
+
+
+def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
+    """Runs one step for every sequence in `batch` (prefill chunks and verification steps together);
+    returns the step's output per request id (prefill chunks that do not end the prompt return nothing)."""
+    decoding = [w for w in batch if not w.seq.prefilling]
+    # Greedy early exit scores the head in slices per sequence; with several sequences one batched head
+    # call over every row costs less. Either way the tokens are the same.
+    lone = len(batch) == 1 and len(decoding) == 1
+    plans: list[_Planned] = []
+    draft_seconds: dict[str, float] = {}
+    for work in batch:
+        seq = work.seq
+        if seq.prefilling:
+            end = min(len(seq.prompt), seq.prefilled + work.chunk)
+            last = end == len(seq.prompt)
+            call = ForwardCall(seq.prompt[seq.prefilled : end], None, seq.capture, "last" if last else None)
+            plans.append(_Planned(work, call))
+        else:
+            early = lone and seq.params.greedy and seq.runtime.scores_head_slices
+            d0 = time.perf_counter()
+            plans.append(_plan_decode(work, early))
+            draft_seconds[seq.request_id] = time.perf_counter() - d0
+    t1 = time.perf_counter()
+    results = forward_batch([p.work.seq.runtime for p in plans], [p.call for p in plans])
+    t2 = time.perf_counter()
+    outputs: dict[str, StepOutput] = {}
+    for plan, result in zip(plans, results):
+        seq = plan.work.seq
+        if seq.prefilling:
+            out = _after_prefill(seq, plan, result)
+        else:
+            out = _after_verify(seq, plan, result)
+            seq.stats.draft_seconds += draft_seconds[seq.request_id]
+            seq.stats.verify_seconds += t2 - t1
+        if out is not None:
+            seq.stats.num_generated_tokens = len(seq.checker.output)
+            seq.stats.total_seconds = time.perf_counter() - seq.start
+            outputs[seq.request_id] = out
+    return outputs
+
+
+def _after_prefill(seq: SequenceState, plan: _Planned, result: ForwardResult) -> StepOutput | None:
+    n = len(plan.call.tokens)
+    seq.runtime.commit(range(n))
+    seq.prefilled += n
+    if seq.proposer is not None:
+        seq.prefill_parts.append(result)
+    if seq.prefilling:
+        return None
+    assert result.logits is not None
+    token = first_token(result.logits[-1], seq.params, seq.generator)
+    if seq.proposer is not None:
+        prefill = _joined(seq.prefill_parts)
+        seq.prefill_parts = []
+        seq.proposer.begin(seq.prompt, seq.params, seq.generator, seq.capacity, prefill)
+    seq.stats.prefill_seconds = time.perf_counter() - seq.start
+    seq.tokens = [*seq.prompt, token]
+    new = seq.checker.extend([token])
+    return StepOutput(new, seq.checker.finish, seq.checker, seq.stats)
+
+
+def _after_verify(seq: SequenceState, plan: _Planned, result: ForwardResult) -> StepOutput:
+    draft, tree = plan.draft, plan.tree
+    verified = tree if tree is not None else draft
+    runtime = seq.runtime
+    if plan.call.logit_rows is None:
+        target = TargetRows(final_hidden=result.final_hidden, head_logits=runtime.head_logits,
+                            vocab_size=runtime.vocab_size)
+    else:
+        target = TargetRows(logits=result.logits)
+    outcome = verify(verified.tokens, verified.parents, verified.probs, target, seq.params, seq.generator)
+    runtime.commit([0, *(i + 1 for i in outcome.path)])
+    if tree is None:
+        if seq.proposer is not None:
+            seq.proposer.feedback(outcome.num_accepted, result)
+        positions = len(draft)
+    else:
+        assert plan.kept is not None and seq.proposer is not None
+        if len(plan.kept) < len(draft):
+            result = _rows_at(result, plan.kept, len(draft))
+        seq.proposer.feedback(outcome.num_accepted, result, path=[plan.kept[i] for i in outcome.path])
+        positions = min(max(tree_depths(draft.parents or []), default=0), seq.room)
+    produced = [*(verified.tokens[i] for i in outcome.path), outcome.next_token]
+    seq.stats.record_step(len(verified), outcome.num_accepted, positions)
+    seq.steps += 1
+    seq.tokens.extend(produced)
+    new = seq.checker.extend(produced)
+    return StepOutput(new, seq.checker.finish, seq.checker, seq.stats)

@@ -1,0 +1,117 @@
+// out = probs @ values for attention, each query row reading the value slots in its own order: the AVX2 +
+// FMA twin of probs_values.cpp, with the same arithmetic (so the same bits).
+//
+// Row r of head h reads values[h, order[r % tokens, s]] for s = 0, 1, ... without a copy (see
+// models/attention_mask.py tree_slot_order). Every output element is a float32 fused multiply-add chain
+// over s in ascending order, skipping zero probabilities (masked slots: adding 0 changes no sum), rounded
+// to bfloat16 to nearest even, so a row's result depends only on its own probabilities and values, never
+// on how many rows or which cache length share the call.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+inline __m256 load_bf16x8(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+inline uint16_t float_to_bf16(float f) {  // round to nearest even (values are finite)
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
+inline void store_bf16x8(uint16_t* p, __m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  const __m256i rounded =
+      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  // 8 x uint32 (each < 65536) -> 8 x uint16: packus per 128-bit lane, then gather the two low quads
+  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+}
+
+// G vectors (8 * G dims starting at d0) of one output row.
+template <int G>
+inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t slots,
+                      int64_t dim, int64_t d0, uint16_t* out) {
+  __m256 acc[G];
+  for (int c = 0; c < G; ++c) acc[c] = _mm256_setzero_ps();
+  for (int64_t s = 0; s < slots; ++s) {
+    const uint16_t pb = prow[s];
+    if ((pb & 0x7FFF) == 0) continue;
+    const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
+    const uint16_t* v = vhead + (orow ? orow[s] : s) * dim + d0;
+    for (int c = 0; c < G; ++c) acc[c] = _mm256_fmadd_ps(p, load_bf16x8(v + 8 * c), acc[c]);
+  }
+  for (int c = 0; c < G; ++c) store_bf16x8(out + d0 + 8 * c, acc[c]);
+}
+
+}  // namespace
+
+at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens) {
+  TORCH_CHECK(probs.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16, "bfloat16 only");
+  TORCH_CHECK(probs.dim() == 3 && values.dim() == 3 && probs.size(0) == values.size(0) &&
+              probs.size(2) == values.size(1), "probs [H, R, S] and values [H, S, D]");
+  probs = probs.contiguous();
+  values = values.contiguous();
+  const int64_t heads = probs.size(0), rows = probs.size(1), slots = probs.size(2), dim = values.size(2);
+  const bool ordered = order.numel() > 0;
+  if (ordered) {
+    order = order.to(at::kLong).contiguous();
+    TORCH_CHECK(order.dim() == 2 && order.size(0) == tokens && order.size(1) == slots && rows % tokens == 0,
+                "order [tokens, S], rows a multiple of tokens");
+  }
+  auto out = at::empty({heads, rows, dim}, probs.options());
+  const auto* pp = reinterpret_cast<const uint16_t*>(probs.data_ptr<at::BFloat16>());
+  const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  const int64_t* op = ordered ? order.data_ptr<int64_t>() : nullptr;
+  auto* outp = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+  const int64_t vectors = dim / 8;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t hr = 0; hr < heads * rows; ++hr) {
+    const int64_t h = hr / rows, r = hr % rows;
+    const uint16_t* prow = pp + hr * slots;
+    const int64_t* orow = ordered ? op + (r % tokens) * slots : nullptr;
+    const uint16_t* vhead = vp + h * slots * dim;
+    uint16_t* orow_out = outp + hr * dim;
+    int64_t c = 0;
+    for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, slots, dim, 8 * c, orow_out);
+    switch (vectors - c) {
+      case 7: row_group<7>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 6: row_group<6>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 5: row_group<5>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 4: row_group<4>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 3: row_group<3>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 2: row_group<2>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 1: row_group<1>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      default: break;
+    }
+    // dims past the last multiple of 8: the same chain, one scalar FMA at a time
+    for (int64_t d = 8 * vectors; d < dim; ++d) {
+      float acc = 0.0f;
+      for (int64_t s = 0; s < slots; ++s) {
+        const uint16_t pb = prow[s];
+        if ((pb & 0x7FFF) == 0) continue;
+        acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : s) * dim + d]), acc);
+      }
+      orow_out[d] = float_to_bf16(acc);
+    }
+  }
+  return out;
+}

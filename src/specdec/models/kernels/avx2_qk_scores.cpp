@@ -1,0 +1,102 @@
+// scores = q @ keys_t for attention, float32 out, on CPUs with AVX2 + FMA.
+//
+// q [H, R, D] and keys_t [H, D, S] (the cache's transposed keys) in bfloat16. Every output element is a
+// float32 fused multiply-add chain over d in ascending order, starting from 0 (lanes run across S, 8
+// slots per vector; slots past the last multiple of 8 take the same chain in scalar FMAs), and is not
+// rounded to bfloat16. A row's scores therefore depend only on its own query and the keys, never on how
+// many rows (tokens, query heads) share the call.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+inline __m256 load_bf16x8(const uint16_t* p) {
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
+}
+
+inline float bf16_to_float(uint16_t b) {
+  const uint32_t bits = static_cast<uint32_t>(b) << 16;
+  float f;
+  std::memcpy(&f, &bits, sizeof(f));
+  return f;
+}
+
+// R query rows (float32, stride dim) against V * 8 slots starting at keys (row stride slots).
+template <int R, int V>
+inline void score_block(const float* q, const uint16_t* keys, int64_t dim, int64_t slots, float* out,
+                        int64_t ldo) {
+  __m256 acc[R][V];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) acc[r][v] = _mm256_setzero_ps();
+  for (int64_t d = 0; d < dim; ++d) {
+    __m256 kv[V];
+    for (int v = 0; v < V; ++v) kv[v] = load_bf16x8(keys + d * slots + 8 * v);
+    for (int r = 0; r < R; ++r) {
+      const __m256 qv = _mm256_broadcast_ss(q + r * dim + d);
+      for (int v = 0; v < V; ++v) acc[r][v] = _mm256_fmadd_ps(qv, kv[v], acc[r][v]);
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < V; ++v) _mm256_storeu_ps(out + r * ldo + 8 * v, acc[r][v]);
+}
+
+template <int R>
+inline void score_rows(const float* q, const uint16_t* keys, int64_t dim, int64_t slots, float* out,
+                       int64_t ldo, int64_t s0, int64_t s1) {
+  int64_t s = s0;
+  for (; s + 24 <= s1; s += 24) score_block<R, 3>(q, keys + s, dim, slots, out + s, ldo);
+  for (; s + 8 <= s1; s += 8) score_block<R, 1>(q, keys + s, dim, slots, out + s, ldo);
+  for (; s < s1; ++s)
+    for (int r = 0; r < R; ++r) {
+      float acc = 0.0f;
+      for (int64_t d = 0; d < dim; ++d) acc = std::fma(q[r * dim + d], bf16_to_float(keys[d * slots + s]), acc);
+      out[r * ldo + s] = acc;
+    }
+}
+
+}  // namespace
+
+at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t) {
+  TORCH_CHECK(q.scalar_type() == at::kBFloat16 && keys_t.scalar_type() == at::kBFloat16, "bfloat16 only");
+  TORCH_CHECK(q.dim() == 3 && keys_t.dim() == 3 && q.size(0) == keys_t.size(0) && q.size(2) == keys_t.size(1),
+              "q [H, R, D] and keys_t [H, D, S]");
+  keys_t = keys_t.contiguous();
+  const int64_t heads = q.size(0), rows = q.size(1), dim = q.size(2), slots = keys_t.size(2);
+  auto out = at::empty({heads, rows, slots}, q.options().dtype(at::kFloat));
+  if (heads * rows * slots == 0) return out;
+  const auto qf = q.to(at::kFloat).contiguous();  // exact
+  const float* qp = qf.data_ptr<float>();
+  const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>());
+  float* outp = out.data_ptr<float>();
+  // tasks: (head, span of 96 slots); within a span, 24 slots at a time against every block of 4 rows
+  constexpr int64_t span = 96;
+  const int64_t spans = (slots + span - 1) / span;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t t = 0; t < heads * spans; ++t) {
+    const int64_t h = t / spans, s0 = (t % spans) * span, s1 = std::min(slots, s0 + span);
+    const float* qh = qp + h * rows * dim;
+    const uint16_t* kh = kp + h * dim * slots;
+    float* oh = outp + h * rows * slots;
+    for (int64_t s = s0; s < s1; s += 24) {
+      const int64_t e = std::min(s1, s + 24);
+      int64_t r = 0;
+      for (; r + 4 <= rows; r += 4) score_rows<4>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e);
+      switch (rows - r) {
+        case 3: score_rows<3>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
+        case 2: score_rows<2>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
+        case 1: score_rows<1>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
+        default: break;
+      }
+    }
+  }
+  return out;
+}

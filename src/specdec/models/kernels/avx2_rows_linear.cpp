@@ -1,0 +1,173 @@
+// y = x @ w.T for bfloat16 x [M, K] and w [N, K], float32 out, on CPUs with AVX2 + FMA (no AVX512-BF16).
+//
+// Why: torch's bfloat16 GEMMs on such CPUs are row-invariant but very slow, and no library promises that
+// a row's bits do not depend on how many rows share the call. Here every output element is one dot product
+// with a fixed order, whatever M, N, the blocking or the thread count:
+//   K is read in chunks of 16 (zero-padded at the end). One 256-bit load of 16 bfloat16 weights gives the
+//   8 even elements (shifted left 16 bits) and the 8 odd ones (high halves masked) as float32; x is
+//   converted once per call into the same layout ([8 even][8 odd] floats per chunk). Each output element
+//   has one 8-lane float32 accumulator: per chunk, FMA with the even lanes, then with the odd lanes, chunks
+//   in k order; then the fixed 8-lane sum of reduce8 below.
+// Blocking (4 rows x 3 columns of accumulators for M >= 4, 1 x 8 for a single row, ...) and threads (over
+// tiles of columns) only decide which element is computed when, never how.
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+namespace {
+
+constexpr int64_t kChunk = 16;
+
+inline void split_bf16(__m256i raw, __m256& even, __m256& odd) {
+  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
+  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// out[i] = ((v_i[0] + v_i[1]) + (v_i[2] + v_i[3])) + ((v_i[4] + v_i[5]) + (v_i[6] + v_i[7])): the one
+// horizontal sum every element goes through (lanes are independent, so padding with zeros changes nothing).
+inline __m256 reduce8(const __m256* v) {
+  const __m256 t0 = _mm256_hadd_ps(v[0], v[1]), t1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 t2 = _mm256_hadd_ps(v[4], v[5]), t3 = _mm256_hadd_ps(v[6], v[7]);
+  const __m256 u0 = _mm256_hadd_ps(t0, t1), u1 = _mm256_hadd_ps(t2, t3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
+}
+
+// R rows of x (converted, row stride kp) against C consecutive rows of w (row stride k_size): R * C
+// independent accumulator chains (even pass then odd pass per chunk). With pf, also prefetches the same
+// span of weights at pf (the next tile's): prefetches change no arithmetic, so no result.
+template <int R, int C>
+inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t kp, float* y, int64_t ldy,
+                      const uint16_t* pf = nullptr) {
+  __m256 acc[R * C];
+  for (int i = 0; i < R * C; ++i) acc[i] = _mm256_setzero_ps();
+  const int64_t full = k_size / kChunk;
+  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
+  for (int64_t j = 0; j < full; ++j) {
+    const int64_t k = j * kChunk;
+    if (pf && (j & 1) == 0)  // a 64-byte line holds two chunks
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(pf + c * k_size + k), _MM_HINT_T0);
+    __m256 wv[C];
+    for (int c = 0; c < C; ++c)
+      wv[c] = _mm256_castsi256_ps(
+          _mm256_slli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c * k_size + k)), 16));
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * kp + k);
+      for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * C + c]);
+    }
+    for (int c = 0; c < C; ++c)
+      wv[c] = _mm256_castsi256_ps(
+          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c * k_size + k)), high));
+    for (int r = 0; r < R; ++r) {
+      const __m256 xv = _mm256_loadu_ps(x + r * kp + k + 8);
+      for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * C + c]);
+    }
+  }
+  if (full * kChunk < k_size) {  // last chunk, zero-padded (x is padded already)
+    const int64_t k = full * kChunk, rest = k_size - k;
+    __m256 we[C], wo[C];
+    for (int c = 0; c < C; ++c) {
+      alignas(32) uint16_t buf[kChunk] = {};
+      std::memcpy(buf, w + c * k_size + k, rest * sizeof(uint16_t));
+      split_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), we[c], wo[c]);
+    }
+    for (int r = 0; r < R; ++r) {
+      const __m256 xe = _mm256_loadu_ps(x + r * kp + k), xo = _mm256_loadu_ps(x + r * kp + k + 8);
+      for (int c = 0; c < C; ++c) {
+        acc[r * C + c] = _mm256_fmadd_ps(xe, we[c], acc[r * C + c]);
+        acc[r * C + c] = _mm256_fmadd_ps(xo, wo[c], acc[r * C + c]);
+      }
+    }
+  }
+  for (int g = 0; g < R * C; g += 8) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) v[i] = g + i < R * C ? acc[g + i] : _mm256_setzero_ps();
+    alignas(32) float out[8];
+    _mm256_store_ps(out, reduce8(v));
+    for (int i = 0; i < 8 && g + i < R * C; ++i) y[((g + i) / C) * ldy + (g + i) % C] = out[i];
+  }
+}
+
+// R rows against the columns [0, cols) of a tile, C at a time, the rest one by one; with pf, prefetching
+// the next tile's weights meanwhile (pf: where they start; the caller passes it for a tile's first rows).
+template <int R, int C>
+inline void rows_tile(const uint16_t* w, int64_t k_size, const float* x, int64_t kp, float* y, int64_t ldy,
+                      int64_t cols, const uint16_t* pf) {
+  int64_t c = 0;
+  for (; c + C <= cols; c += C)
+    dot_block<R, C>(w + c * k_size, k_size, x, kp, y + c, ldy, pf ? pf + c * k_size : nullptr);
+  for (; c < cols; ++c) dot_block<R, 1>(w + c * k_size, k_size, x, kp, y + c, ldy, pf ? pf + c * k_size : nullptr);
+}
+
+// x [M, K] bfloat16 -> [M, kp] float32 in the chunk layout ([8 even][8 odd] per 16), zero-padded.
+void convert_rows(const uint16_t* x, int64_t m_size, int64_t k_size, float* xf, int64_t kp) {
+  const int64_t full = k_size / kChunk;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads()) if (m_size * k_size > (1 << 16))
+  for (int64_t m = 0; m < m_size; ++m) {
+    const uint16_t* src = x + m * k_size;
+    float* dst = xf + m * kp;
+    __m256 even, odd;
+    for (int64_t j = 0; j < full; ++j) {
+      split_bf16(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(src + j * kChunk)), even, odd);
+      _mm256_storeu_ps(dst + j * kChunk, even);
+      _mm256_storeu_ps(dst + j * kChunk + 8, odd);
+    }
+    if (full * kChunk < k_size) {
+      alignas(32) uint16_t buf[kChunk] = {};
+      std::memcpy(buf, src + full * kChunk, (k_size - full * kChunk) * sizeof(uint16_t));
+      split_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), even, odd);
+      _mm256_storeu_ps(dst + full * kChunk, even);
+      _mm256_storeu_ps(dst + full * kChunk + 8, odd);
+    }
+  }
+}
+
+}  // namespace
+
+at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bfloat16 only");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K]");
+  TORCH_CHECK(x.device().is_cpu() && w.device().is_cpu(), "CPU tensors only");
+  x = x.contiguous();
+  w = w.contiguous();
+  const int64_t m_size = x.size(0), k_size = x.size(1), n_size = w.size(0);
+  auto y = at::empty({m_size, n_size}, x.options().dtype(at::kFloat));
+  if (m_size == 0 || n_size == 0) return y;
+  const int64_t kp = (k_size + kChunk - 1) / kChunk * kChunk;
+  auto xf = at::empty({m_size, kp}, x.options().dtype(at::kFloat));
+  const auto* xp = reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>());
+  const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
+  float* xfp = xf.data_ptr<float>();
+  float* yp = y.data_ptr<float>();
+  convert_rows(xp, m_size, k_size, xfp, kp);
+
+  // Threads split the columns into tiles (a multiple of 24, so every row-block shape fits whole); within a
+  // tile each block of rows runs over all the tile's columns while the tile's weights sit in L2.
+  const int threads = at::get_num_threads();
+  const int64_t tile = n_size >= 48 * 8 * threads ? 48 : 24;
+  const int64_t tiles = (n_size + tile - 1) / tile;
+#pragma omp parallel for schedule(static) num_threads(threads)
+  for (int64_t t = 0; t < tiles; ++t) {
+    const int64_t n0 = t * tile, cols = std::min(tile, n_size - n0);
+    const uint16_t* wt = wp + n0 * k_size;
+    // The first block of rows also prefetches the next tile's weights (tiles are equal but the last): with
+    // several rows a tile is compute-bound and the memory would idle meanwhile; with one row it still
+    // streams faster than the hardware prefetcher alone.
+    const uint16_t* pf = t + 1 < tiles && cols == tile ? wt + tile * k_size : nullptr;
+    int64_t m = 0;
+    for (; m + 4 <= m_size; m += 4, pf = nullptr)
+      rows_tile<4, 3>(wt, k_size, xfp + m * kp, kp, yp + m * n_size + n0, n_size, cols, pf);
+    switch (m_size - m) {
+      case 3: rows_tile<3, 4>(wt, k_size, xfp + m * kp, kp, yp + m * n_size + n0, n_size, cols, pf); break;
+      case 2: rows_tile<2, 6>(wt, k_size, xfp + m * kp, kp, yp + m * n_size + n0, n_size, cols, pf); break;
+      case 1: rows_tile<1, 8>(wt, k_size, xfp + m * kp, kp, yp + m * n_size + n0, n_size, cols, pf); break;
+      default: break;
+    }
+  }
+  return y;
+}

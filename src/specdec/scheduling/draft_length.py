@@ -1,0 +1,127 @@
+"""How many draft tokens each running sequence gets this step.
+
+- FixedDraftLength: the method's num_speculative_tokens, always.
+- DraftLengthByBatchSize: a length per range of running sequences (vLLM's per-batch-size setting).
+- AutoDraftLength: per sequence and step, the lengths (zero included) that maximise the batch's expected
+  tokens per second: (sum over s of 1 + E[accepted_s(k_s)]) / (T(B, sum of 1 + k_s) + draft cost), with
+  T the measured cost curve and E[accepted_s(k)] = sum over i < k of r_s,i, where r_s,i is the fraction of
+  the sequence's drafts reaching position i whose tokens 0..i were all accepted. A greedy marginal
+  allocation: add one draft row at a time to the sequence whose next row is likeliest to be kept, and
+  keep the prefix of that order with the best ratio.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from specdec.engine.stats import SpecDecodingStats
+from specdec.scheduling.cost_curve import CostCurve
+
+PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this many drafts of its own
+FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured; deeper positions decay by it
+
+
+class DraftLengthPolicy(ABC):
+    @abstractmethod
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+        """Draft lengths for the running sequences, given each one's statistics so far and its cap."""
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": type(self).__name__}
+
+
+@dataclass
+class FixedDraftLength(DraftLengthPolicy):
+    length: int | None = None  # None: whatever the method drafts (its num_speculative_tokens, tree depth)
+
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+        return list(caps) if self.length is None else [min(self.length, c) for c in caps]
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": "fixed", "num_speculative_tokens": self.length}
+
+
+@dataclass
+class DraftLengthByBatchSize(DraftLengthPolicy):
+    ranges: tuple[tuple[int, int, int], ...]
+    default: int
+
+    def length_for(self, batch_size: int) -> int:
+        return next((k for first, last, k in self.ranges if first <= batch_size <= last), self.default)
+
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+        k = self.length_for(len(caps))
+        return [min(k, c) for c in caps]
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": "by_batch_size", "ranges": [list(r) for r in self.ranges]}
+
+
+@dataclass
+class AutoDraftLength(DraftLengthPolicy):
+    curve: CostCurve
+    max_length: int
+    draft_ms_per_token: float = 0.0  # running estimate of the drafter's cost per drafted token
+    prior: list[float] = field(default_factory=list)  # the batch's rates so far, per position
+    _accepted: list[float] = field(default_factory=list)
+    _drafted: list[float] = field(default_factory=list)
+
+    def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int],
+                draft_seconds: float, draft_tokens: int) -> None:
+        """Adds one step's counts to the batch-wide rates (the prior of sequences with little history)."""
+        for i, n in enumerate(drafted_per_position):
+            while len(self._drafted) <= i:
+                self._drafted.append(0.0)
+                self._accepted.append(0.0)
+            self._drafted[i] += n
+            self._accepted[i] += num_accepted_per_position[i] if i < len(num_accepted_per_position) else 0
+        if draft_tokens:
+            ms = draft_seconds * 1000 / draft_tokens
+            self.draft_ms_per_token = ms if self.draft_ms_per_token == 0 else 0.9 * self.draft_ms_per_token + 0.1 * ms
+
+    def batch_rate(self, i: int) -> float:
+        guess = FIRST_GUESS ** (i + 1)
+        if i < len(self._drafted) and self._drafted[i] > 0:
+            return (self._accepted[i] + PRIOR_WEIGHT * guess) / (self._drafted[i] + PRIOR_WEIGHT)
+        return guess
+
+    def rates(self, s: SpecDecodingStats, cap: int) -> list[float]:
+        """r_i for i < cap: the sequence's own acceptance at position i, shrunk towards the batch's."""
+        out, prev = [], 1.0
+        for i in range(cap):
+            drafted = s.drafted_per_position[i] if i < len(s.drafted_per_position) else 0
+            accepted = s.accepted_per_position[i] if i < len(s.accepted_per_position) else 0
+            r = (accepted + PRIOR_WEIGHT * self.batch_rate(i)) / (drafted + PRIOR_WEIGHT)
+            prev = min(prev, r)  # reaching position i needs every earlier one: rates never rise
+            out.append(prev)
+        return out
+
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+        b = len(stats)
+        caps = [min(c, self.max_length) for c in caps]
+        rates = [self.rates(s, c) for s, c in zip(stats, caps)]
+        lengths = [0] * b
+        tokens, rows, draft_ms = float(b), b, 0.0
+        best_ratio = tokens / self.curve.batch(b, rows)
+        best = list(lengths)
+        while True:
+            pick, gain = -1, 0.0
+            for i in range(b):
+                if lengths[i] < caps[i] and rates[i][lengths[i]] > gain:
+                    pick, gain = i, rates[i][lengths[i]]
+            if pick < 0:
+                break
+            lengths[pick] += 1
+            tokens += gain
+            rows += 1
+            draft_ms += self.draft_ms_per_token
+            ratio = tokens / (self.curve.batch(b, rows) + draft_ms)
+            if ratio > best_ratio:
+                best_ratio, best = ratio, list(lengths)
+        return best
+
+    def describe(self) -> dict[str, object]:
+        return {"policy": "auto", "max_num_speculative_tokens": self.max_length, "cost_curve": self.curve.to_dict(),
+                "draft_ms_per_token": round(self.draft_ms_per_token, 3)}

@@ -1,0 +1,197 @@
+"""Continuous batching: requests join and leave at step boundaries, and every step is one target forward.
+
+Each step:
+1. admits waiting requests (FIFO) while fewer than `max_num_seqs` run and their KV caches fit in
+   `kv_cache_memory_bytes` (each sequence has its own fixed-capacity cache: prompt + max_tokens + one
+   forward's draft, as at batch 1, which is what keeps its output bit-identical);
+2. gives every decoding sequence its draft length (the draft-length policy) and one verification step;
+3. fills what is left of `max_num_batched_tokens` with prefill chunks of admitted prompts, oldest first
+   (chunked prefill: a long prompt is read in pieces between decode steps, so running streams keep
+   producing tokens, and a chunk's attention scores stay within `max_attention_elements`);
+4. runs the step (engine/step.py) and retires finished or aborted sequences, whose runtime and proposer
+   go back to a pool for the next request.
+
+The same scheduler serves `LLM.generate` (all prompts submitted at once) and `specdec serve`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specdec.drafting.base import Proposer
+from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD, SequenceState, cache_capacity, check_request
+from specdec.engine.step import StepOutput, Work, run_step
+from specdec.models.runtime import ModelRuntime
+from specdec.sampling_params import SamplingParams
+from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthPolicy, FixedDraftLength
+
+DEFAULT_KV_CACHE_BYTES = 4 << 30
+
+
+@dataclass
+class SchedulerConfig:
+    max_num_seqs: int = 32  # sequences running at once
+    max_num_batched_tokens: int = 2048  # rows per step: verification rows first, then prefill chunks
+    kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES  # the running sequences' KV caches together
+    max_attention_elements: int = 1 << 24  # a prefill chunk's rows x cache slots (its score matrix)
+
+    def problems(self) -> list[str]:
+        out = []
+        if self.max_num_seqs < 1:
+            out.append(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
+        if self.max_num_batched_tokens < MAX_TOKENS_PER_FORWARD:
+            out.append(f"max_num_batched_tokens must be >= {MAX_TOKENS_PER_FORWARD}, got {self.max_num_batched_tokens}")
+        if self.kv_cache_memory_bytes < 1:
+            out.append("kv_cache_memory_bytes must be positive")
+        return out
+
+
+@dataclass
+class _Request:
+    request_id: str
+    prompt: list[int]
+    params: SamplingParams
+    kv_bytes: int
+
+
+class BatchScheduler:
+    """Runs many requests through one engine; `step()` returns each step's outputs by request id."""
+
+    def __init__(
+        self,
+        new_runtime: Callable[[], ModelRuntime],
+        new_proposer: Callable[[], Proposer] | None,
+        tokenizer: Any,
+        eos_token_ids: Sequence[int],
+        kv_bytes_per_token: int,
+        policy: DraftLengthPolicy | None = None,
+        config: SchedulerConfig | None = None,
+        max_model_len: int | None = None,
+        num_speculative_tokens: int = 0,
+    ) -> None:
+        self.config = config or SchedulerConfig()
+        problems = self.config.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
+        self.new_runtime, self.new_proposer = new_runtime, new_proposer
+        self.tokenizer, self.eos_token_ids = tokenizer, list(eos_token_ids)
+        self.kv_bytes_per_token = kv_bytes_per_token
+        self.policy = policy or FixedDraftLength(0)
+        self.max_model_len = max_model_len
+        self.waiting: deque[_Request] = deque()
+        self.running: list[SequenceState] = []
+        self.kv_in_use = 0
+        self._kv: dict[str, int] = {}
+        self._runtimes: list[ModelRuntime] = []
+        self._proposers: list[Proposer] = []
+        self._ids = itertools.count()
+        self.num_speculative_tokens = num_speculative_tokens
+
+    # ---- requests ----
+
+    def add(self, prompt: Sequence[int], params: SamplingParams, request_id: str | None = None) -> str:
+        """Queues a request; raises ValueError (naming the limit) for one that can never run."""
+        check_request(prompt, params, self.num_speculative_tokens, self.max_model_len)
+        kv = cache_capacity(len(prompt), params.max_tokens) * self.kv_bytes_per_token
+        if kv > self.config.kv_cache_memory_bytes:
+            raise ValueError(
+                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) needs {kv / 2**20:.0f} MiB of KV "
+                f"cache, more than kv_cache_memory_bytes ({self.config.kv_cache_memory_bytes / 2**20:.0f} MiB)"
+            )
+        rid = request_id if request_id is not None else str(next(self._ids))
+        self.waiting.append(_Request(rid, list(prompt), params, kv))
+        return rid
+
+    def abort(self, request_id: str) -> bool:
+        """Drops a waiting or running request at the step boundary; the others are unaffected."""
+        for r in self.waiting:
+            if r.request_id == request_id:
+                self.waiting.remove(r)
+                return True
+        for seq in self.running:
+            if seq.request_id == request_id:
+                self._retire(seq)
+                return True
+        return False
+
+    def abort_all(self) -> None:
+        self.waiting.clear()
+        for seq in list(self.running):
+            self._retire(seq)
+
+    @property
+    def has_unfinished(self) -> bool:
+        return bool(self.waiting or self.running)
+
+    # ---- one step ----
+
+    def step(self) -> dict[str, StepOutput]:
+        self._admit()
+        if not self.running:
+            return {}
+        budget = self.config.max_num_batched_tokens
+        decoding = [s for s in self.running if not s.prefilling]
+        caps = [min(s.room, MAX_TOKENS_PER_FORWARD - 1) if s.proposer is not None else 0 for s in decoding]
+        lengths = self.policy.choose([s.stats for s in decoding], caps) if decoding else []
+        work = []
+        for seq, k in zip(decoding, lengths):
+            reported = k if not isinstance(self.policy, FixedDraftLength) or self.policy.length is not None else (
+                min(k, seq.proposer.num_speculative_tokens) if seq.proposer is not None else 0)
+            seq.stats.record_choice(reported)
+            seq.last_draft_len = k
+            work.append(Work(seq, draft_limit=k))
+            budget -= 1 + k
+        for seq in self.running:
+            if seq.prefilling and budget > 0:
+                chunk = min(len(seq.prompt) - seq.prefilled, budget,
+                            max(16, self.config.max_attention_elements // seq.capacity))
+                work.append(Work(seq, chunk=chunk))
+                budget -= chunk
+        before = {w.seq.request_id: (list(w.seq.stats.accepted_per_position), list(w.seq.stats.drafted_per_position),
+                                     w.seq.stats.draft_seconds, w.seq.stats.num_draft_tokens) for w in work}
+        outputs = run_step(work)
+        if isinstance(self.policy, AutoDraftLength):
+            for w in work:
+                if not w.seq.prefilling and w.seq.request_id in before:
+                    acc, dr, ds, dt = before[w.seq.request_id]
+                    s = w.seq.stats
+                    self.policy.observe(_diff(s.accepted_per_position, acc), _diff(s.drafted_per_position, dr),
+                                        s.draft_seconds - ds, s.num_draft_tokens - dt)
+        for seq in list(self.running):
+            if seq.finished:
+                self._retire(seq)
+        return outputs
+
+    def _admit(self) -> None:
+        while self.waiting and len(self.running) < self.config.max_num_seqs:
+            req = self.waiting[0]
+            if self.running and self.kv_in_use + req.kv_bytes > self.config.kv_cache_memory_bytes:
+                break  # waits for memory; alone it always fits (add() refuses what never would)
+            self.waiting.popleft()
+            runtime = self._runtimes.pop() if self._runtimes else self.new_runtime()
+            proposer = self._take_proposer() if self.new_proposer is not None else None
+            seq = SequenceState.create(req.request_id, req.prompt, req.params, runtime, proposer, self.tokenizer,
+                                       self.eos_token_ids)
+            self.running.append(seq)
+            self.kv_in_use += req.kv_bytes
+            self._kv[req.request_id] = req.kv_bytes
+
+    def _take_proposer(self) -> Proposer:
+        assert self.new_proposer is not None
+        return self._proposers.pop() if self._proposers else self.new_proposer()
+
+    def _retire(self, seq: SequenceState) -> None:
+        self.running.remove(seq)
+        self.kv_in_use -= self._kv.pop(seq.request_id, 0)
+        seq.runtime.release()
+        self._runtimes.append(seq.runtime)
+        if seq.proposer is not None:
+            self._proposers.append(seq.proposer)
+
+
+def _diff(now: list[int], before: list[int]) -> list[int]:
+    return [a - (before[i] if i < len(before) else 0) for i, a in enumerate(now)]

@@ -1,0 +1,205 @@
+"""Batched speculative decoding: batch invariance (as property tests), the continuous-batching scheduler,
+chunked prefill, cancellation, and sampling inside a batch."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from specdec import LLM, SamplingParams
+from specdec.engine.sequence import cache_capacity
+from specdec.models.runtime import ForwardCall, forward_batch
+from stat_helpers import chi_square_pvalue
+from test_engine import (  # noqa: F401  (small_prompt and exact_first_tokens are fixtures)
+    NUM_SAMPLES,
+    PROMPTS,
+    SAMPLING_CASES,
+    exact_first_tokens,
+    greedy,
+    plain_ids,
+    small_prompt,
+)
+
+MODELS = ["llama", "gemma_untied", "qwen2_sliding", "wide_llama"]
+
+
+def random_parents(rng: random.Random, n: int, tree: bool) -> list[int] | None:
+    """None (a chain) or a random tree of n rows: each row's parent an earlier row, or -1 (the prefix)."""
+    if not tree or n == 1:
+        return None
+    return [-1] + [rng.randrange(-1, i) for i in range(1, n)]
+
+
+@st.composite
+def batches(draw):
+    n = draw(st.integers(1, 5))
+    return [
+        dict(prompt_len=draw(st.integers(1, 40)), rows=draw(st.integers(1, 12)), tree=draw(st.booleans()),
+             capacity=draw(st.sampled_from([128, 256])), seed=draw(st.integers(0, 10**6)))
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("model", MODELS)
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(batch=batches())
+def test_a_sequence_gets_the_same_bits_in_any_batch(zoo, model, batch):
+    """Random mixes of sequences (prompt lengths, cache sizes, chains and trees of random sizes): every
+    sequence's logits, captured hidden states and final hidden states in one batched forward equal its
+    forward alone, bit for bit."""
+    loaded = zoo.load(model)
+    vocab = loaded.vocab_size
+    capture = (0, 1, loaded.num_layers)
+    alone, together, calls = [], [], []
+    for spec in batch:
+        rng = random.Random(spec["seed"])
+        prompt = [rng.randrange(3, vocab) for _ in range(spec["prompt_len"])]
+        call = ForwardCall([rng.randrange(3, vocab) for _ in range(spec["rows"])],
+                           random_parents(rng, spec["rows"], spec["tree"]), capture, "all")
+        for group in (alone, together):
+            runtime = loaded.new_runtime()
+            runtime.reset(spec["capacity"])
+            runtime.prefill(prompt)
+            group.append(runtime)
+        calls.append(call)
+    expected = [rt.forward(c.tokens, c.parents, c.capture, c.logit_rows) for rt, c in zip(alone, calls)]
+    got = forward_batch(together, calls)
+    for e, g in zip(expected, got):
+        assert torch.equal(e.logits, g.logits)
+        assert torch.equal(e.final_hidden, g.final_hidden)
+        assert all(torch.equal(e.hidden[i], g.hidden[i]) for i in capture)
+
+
+def test_forward_batch_refuses_a_runtime_twice(zoo):
+    runtime = zoo.load("llama").new_runtime()
+    runtime.reset(128)
+    with pytest.raises(ValueError, match="twice"):
+        forward_batch([runtime, runtime], [ForwardCall([5]), ForwardCall([6])])
+
+
+CONFIGS = {
+    "plain": None,
+    "ngram": {"method": "ngram", "num_speculative_tokens": 4},
+    "draft_model": {"method": "draft_model", "model": "self:1", "num_speculative_tokens": 3},
+    "auto": {"method": "ngram", "num_speculative_tokens": "auto"},
+    "by_batch_size": {"method": "ngram", "num_speculative_tokens_by_batch_size": [[1, 2, 4], [3, 64, 1]]},
+}
+
+
+@pytest.mark.parametrize("config", list(CONFIGS))
+@pytest.mark.parametrize("model", ["gemma_untied", "qwen2_sliding"])
+def test_batched_generate_equals_batch_one_plain(zoo, model, config):
+    """Eight requests of different lengths through 3 slots: requests join as others leave mid-batch, and
+    every output equals the request's plain output run alone."""
+    loaded = zoo.load(model)
+    prompts = [PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)) for i in range(8)]
+    lengths = [5, 23, 9, 17, 30, 3, 12, 26]
+    llm = LLM(loaded=loaded, speculative_config=CONFIGS[config], max_num_seqs=3)
+    outs = llm.generate(prompts, [greedy(n) for n in lengths])
+    for prompt, n, out in zip(prompts, lengths, outs):
+        assert out.outputs[0].token_ids == plain_ids(zoo, model, prompt, n)
+    if config not in ("plain",):
+        assert llm.stats.num_drafts > 0 or config == "auto"
+
+
+def test_chunked_prefill_gives_the_one_piece_tokens(zoo):
+    """A prompt read in chunks of at most 64 - (decode rows) tokens between other requests' steps equals
+    one-piece prefill, for the long prompt and for the requests running beside it."""
+    loaded = zoo.load("gemma_untied")
+    long_prompt = " ".join(PROMPTS) * 4  # several hundred byte tokens
+    prompts = [PROMPTS[0], long_prompt, PROMPTS[1]]
+    llm = LLM(loaded=loaded, speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+              max_num_seqs=3, max_num_batched_tokens=64)
+    outs = llm.generate(prompts, greedy(20))
+    assert len(llm.get_tokenizer()(long_prompt).input_ids) > 3 * 64
+    for prompt, out in zip(prompts, outs):
+        assert out.outputs[0].token_ids == plain_ids(zoo, "gemma_untied", prompt, 20)
+
+
+def test_running_streams_produce_tokens_during_a_long_prefill(zoo):
+    loaded = zoo.load("llama")
+    llm = LLM(loaded=loaded, max_num_seqs=2, max_num_batched_tokens=64)
+    scheduler = llm.new_scheduler()
+    short = scheduler.add(llm.get_tokenizer()(PROMPTS[0]).input_ids, greedy(40))
+    scheduler.step()  # the short request is decoding
+    long_ids = llm.get_tokenizer()(" ".join(PROMPTS) * 6).input_ids
+    long = scheduler.add(long_ids, greedy(5))
+    produced_during_prefill = 0
+    while True:
+        out = scheduler.step()
+        if long in out:  # the long prompt's first token: its prefill is over
+            break
+        produced_during_prefill += len(out[short].new_token_ids)
+    assert produced_during_prefill >= len(long_ids) // 64 - 1
+
+
+def test_a_cancelled_request_leaves_the_others_unchanged(zoo):
+    loaded = zoo.load("gemma_untied")
+    llm = LLM(loaded=loaded, speculative_config={"method": "ngram", "num_speculative_tokens": 3}, max_num_seqs=4)
+    scheduler = llm.new_scheduler()
+    tok = llm.get_tokenizer()
+    prompts = [PROMPTS[i % len(PROMPTS)] + " " * (i // len(PROMPTS)) for i in range(4)]
+    ids = [scheduler.add(tok(p).input_ids, greedy(25)) for p in prompts]
+    outputs: dict[str, list[int]] = {i: [] for i in ids}
+    for _ in range(3):
+        for rid, out in scheduler.step().items():
+            outputs[rid] += out.new_token_ids
+    assert scheduler.abort(ids[1])
+    assert not scheduler.abort("no such request")
+    while scheduler.has_unfinished:
+        for rid, out in scheduler.step().items():
+            assert rid != ids[1]
+            outputs[rid] += out.new_token_ids
+    for i in (0, 2, 3):
+        assert outputs[ids[i]] == plain_ids(zoo, "gemma_untied", prompts[i], 25)
+    assert scheduler.kv_in_use == 0
+
+
+def test_a_request_that_can_never_fit_is_refused_with_the_limit(zoo):
+    llm = LLM(loaded=zoo.load("llama"), kv_cache_memory_bytes=1 << 16)
+    with pytest.raises(ValueError, match="kv_cache_memory_bytes"):
+        llm.generate(PROMPTS[0], greedy(1000))
+    assert not llm.scheduler.has_unfinished  # nothing of the failed call stays queued
+
+
+def test_kv_memory_admission_waits_and_still_finishes(zoo):
+    loaded = zoo.load("llama")
+    tok = loaded.tokenizer
+    prompts = [PROMPTS[0] + " " * i for i in range(5)]
+    capacities = {cache_capacity(len(tok(p).input_ids), 30) for p in prompts}
+    assert len(capacities) == 1
+    per_request = capacities.pop() * loaded.kv_bytes_per_token
+    llm = LLM(loaded=loaded, max_num_seqs=8, kv_cache_memory_bytes=2 * per_request)
+    scheduler = llm.new_scheduler()
+    for p in prompts:
+        scheduler.add(tok(p).input_ids, greedy(30))
+    peak = 0
+    while scheduler.has_unfinished:
+        scheduler.step()
+        peak = max(peak, len(scheduler.running))
+        assert scheduler.kv_in_use <= 2 * per_request
+    assert peak == 2
+
+
+@pytest.mark.parametrize("case", list(SAMPLING_CASES))
+def test_sampling_inside_a_batch_matches_the_target(zoo, small_prompt, exact_first_tokens, case):
+    """As test_engine's distribution test, with every sample a request of one batched generate call (32
+    sequences per forward, n-gram drafts verified in the batch)."""
+    llm = LLM(loaded=zoo.load("small_vocab"), speculative_config={"method": "ngram", "num_speculative_tokens": 3},
+              max_num_seqs=32)
+    vocab = llm.model.vocab_size
+    params = [SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case])
+              for seed in range(NUM_SAMPLES)]
+    outs = llm.generate([{"prompt_token_ids": small_prompt}] * NUM_SAMPLES, params)
+    samples = np.array([o.outputs[0].token_ids for o in outs])
+    joint12, p3 = exact_first_tokens[case]
+    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
+    assert chi_square_pvalue(pairs, joint12) > 1e-4
+    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert llm.stats.num_accepted_tokens >= 100
+    assert llm.stats.acceptance_rate < 0.95

@@ -1,0 +1,87 @@
+"""Draft-length policies: fixed, per batch size, and the automatic one from a cost curve."""
+
+from __future__ import annotations
+
+import pytest
+
+from specdec.engine.stats import SpecDecodingStats
+from specdec.scheduling.cost_curve import CostCurve
+from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthByBatchSize, FixedDraftLength
+from specdec.speculative_config import SpeculativeConfig
+
+
+def history(rates: list[float], steps: int = 100) -> SpecDecodingStats:
+    s = SpecDecodingStats()
+    s.drafted_per_position = [steps] * len(rates)
+    s.accepted_per_position = [int(r * steps) for r in rates]
+    return s
+
+
+EXPENSIVE = CostCurve([1, 64], [10.0, 640.0])  # every row costs a full step: speculation cannot pay
+CHEAP = CostCurve([1, 64], [10.0, 10.5])  # rows are nearly free: draft as much as allowed
+
+
+def test_auto_drafts_nothing_when_rows_cost_a_full_step():
+    policy = AutoDraftLength(EXPENSIVE, max_length=5)
+    assert policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4) == [0, 0, 0, 0]
+
+
+def test_auto_drafts_the_most_when_rows_are_nearly_free():
+    policy = AutoDraftLength(CHEAP, max_length=5)
+    assert policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4) == [5, 5, 5, 5]
+
+
+def test_auto_gives_rows_to_the_sequences_that_keep_them():
+    curve = CostCurve([1, 8, 64], [10.0, 12.0, 80.0])
+    policy = AutoDraftLength(curve, max_length=5)
+    good, bad = history([0.95, 0.9, 0.85, 0.8, 0.75]), history([0.02, 0.0, 0.0, 0.0, 0.0])
+    lengths = policy.choose([good, bad, good], [5, 5, 5])
+    assert lengths[1] == 0 and lengths[0] > 0 and lengths[2] > 0
+
+
+def test_auto_respects_each_sequences_cap_and_the_draft_cost():
+    policy = AutoDraftLength(CHEAP, max_length=4)
+    assert policy.choose([history([0.9] * 5)] * 2, [2, 7]) == [2, 4]
+    policy.draft_ms_per_token = 100.0  # a drafter far slower than the target: not worth it
+    assert policy.choose([history([0.9] * 5)] * 2, [2, 7]) == [0, 0]
+
+
+def test_auto_starts_a_new_sequence_from_the_batch_rates():
+    policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)  # a row: 10% of a step
+    for _ in range(50):
+        policy.observe([0, 0], [1, 1], 0.0, 0)  # the batch's drafts never get kept
+    assert policy.choose([SpecDecodingStats()], [5]) == [0]
+
+
+def test_fixed_and_per_batch_size():
+    assert FixedDraftLength(3).choose([SpecDecodingStats()] * 2, [5, 1]) == [3, 1]
+    assert FixedDraftLength(None).choose([SpecDecodingStats()] * 2, [5, 1]) == [5, 1]
+    policy = DraftLengthByBatchSize(((1, 4, 5), (5, 16, 2)), default=0)
+    assert policy.choose([SpecDecodingStats()] * 3, [9] * 3) == [5] * 3
+    assert policy.choose([SpecDecodingStats()] * 8, [9] * 8) == [2] * 8
+    assert policy.choose([SpecDecodingStats()] * 20, [9] * 20) == [0] * 20
+
+
+def test_cost_curve_interpolates_and_extrapolates():
+    curve = CostCurve([1, 2, 4], [10.0, 11.0, 15.0], per_sequence_ms=0.5)
+    assert curve.single(3) == pytest.approx(13.0)
+    assert curve.single(6) == pytest.approx(19.0)
+    assert curve.batch(3, 4) == pytest.approx(16.0)
+
+
+@pytest.mark.parametrize("bad, message", [
+    ({"num_speculative_tokens": "auto", "max_num_speculative_tokens": 0}, "max_num_speculative_tokens"),
+    ({"max_num_speculative_tokens": 3}, "goes with"),
+    ({"num_speculative_tokens_by_batch_size": [[4, 1, 2]]}, "first_batch_size"),
+    ({"num_speculative_tokens_by_batch_size": [[1, 4, 2], [3, 8, 1]]}, "overlap"),
+    ({"num_speculative_tokens": "auto", "num_speculative_tokens_by_batch_size": [[1, 4, 2]]}, "exclude"),
+])
+def test_bad_schedules_are_refused(bad, message):
+    with pytest.raises(ValueError, match=message):
+        SpeculativeConfig.from_dict({"method": "ngram", **bad})
+
+
+def test_auto_config_round_trips():
+    c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 7})
+    assert c.auto and c.num_speculative_tokens == 7
+    assert SpeculativeConfig.from_dict(c.to_dict()) == c
