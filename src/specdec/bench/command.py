@@ -67,6 +67,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "--include-transformers", action="store_true",
         help="add rows for transformers' generate: greedy and prompt lookup (K = num_speculative_tokens)",
     )
+    bench.add_argument(
+        "--batch-size", default=None,
+        help="comma-separated batch sizes, e.g. 1,4,16,32: offline throughput with every prompt submitted and at "
+        "most B running, per B plain and each speculative config (first turns; a PNG plot beside --output)",
+    )
     bench.add_argument("--output", default=None, help="write the full JSON report here")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
@@ -86,6 +91,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         config = parse_speculative_config(text)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    if args.batch_size:
+        return _cmd_batched(args, config, categories)
     report = run_bench(
         args.prompts,
         model=args.model,
@@ -115,4 +122,33 @@ def cmd_bench(args: argparse.Namespace) -> int:
         path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {path}")
     print(json.dumps(report["comparison"] if "runs" in report else report["overall"]), flush=True)
+    return 0
+
+
+def _cmd_batched(args: argparse.Namespace, config: object, categories: list[str] | None) -> int:
+    from rich.console import Console
+
+    from specdec.bench.batched import plot_batch_bench, print_batch_bench, run_batch_bench
+
+    try:
+        sizes = [int(b) for b in args.batch_size.split(",") if b.strip()]
+    except ValueError:
+        raise SystemExit(f"--batch-size takes comma-separated integers, got {args.batch_size!r}") from None
+    if args.temperature != 0:
+        raise SystemExit("--batch-size runs greedy decoding (its identity check needs it); drop --temperature")
+    configs = config if isinstance(config, list) else [config if config is not None else {"method": "ngram"}]
+    report = run_batch_bench(
+        args.prompts, batch_sizes=sizes, model=args.model, speculative_config=configs, dtype=args.dtype,
+        device=args.device, limit=args.limit, categories=categories, per_category=args.per_category,
+        max_new_tokens=args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress,
+    )
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    print_batch_bench(report, console)
+    if args.output:
+        path = Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        plot_batch_bench(report, path.with_suffix(".png"))
+        console.print(f"report written to {path} and {path.with_suffix('.png')}")
+    print(json.dumps(report["rows"]), flush=True)
     return 0

@@ -93,15 +93,24 @@ class BatchScheduler:
 
     # ---- requests ----
 
-    def add(self, prompt: Sequence[int], params: SamplingParams, request_id: str | None = None) -> str:
-        """Queues a request; raises ValueError (naming the limit) for one that can never run."""
-        check_request(prompt, params, self.num_speculative_tokens, self.max_model_len)
+    def problem(self, prompt: Sequence[int], params: SamplingParams) -> str | None:
+        """Why a request could never run here (naming the limit), or None. Reads no mutable state."""
+        try:
+            check_request(prompt, params, self.num_speculative_tokens, self.max_model_len)
+        except ValueError as exc:
+            return str(exc)
         kv = cache_capacity(len(prompt), params.max_tokens) * self.kv_bytes_per_token
         if kv > self.config.kv_cache_memory_bytes:
-            raise ValueError(
-                f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) needs {kv / 2**20:.0f} MiB of KV "
-                f"cache, more than kv_cache_memory_bytes ({self.config.kv_cache_memory_bytes / 2**20:.0f} MiB)"
-            )
+            return (f"prompt ({len(prompt)} tokens) + max_tokens ({params.max_tokens}) needs {kv / 2**20:.0f} MiB of "
+                    f"KV cache, more than kv_cache_memory_bytes ({self.config.kv_cache_memory_bytes / 2**20:.0f} MiB)")
+        return None
+
+    def add(self, prompt: Sequence[int], params: SamplingParams, request_id: str | None = None) -> str:
+        """Queues a request; raises ValueError (naming the limit) for one that can never run."""
+        problem = self.problem(prompt, params)
+        if problem is not None:
+            raise ValueError(problem)
+        kv = cache_capacity(len(prompt), params.max_tokens) * self.kv_bytes_per_token
         rid = request_id if request_id is not None else str(next(self._ids))
         self.waiting.append(_Request(rid, list(prompt), params, kv))
         return rid

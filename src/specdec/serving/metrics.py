@@ -108,6 +108,10 @@ class ServerMetrics:
         self.accepted_per_pos = counter(
             "spec_decode_num_accepted_tokens_per_pos", "Accepted draft tokens by draft position (0-based).", ["position"]
         )
+        self.chosen_draft_length = counter(
+            "spec_decode_chosen_draft_length",
+            "Verification steps by the draft length the draft-length policy allowed (num_speculative_tokens: "
+            "fixed, per batch size, or auto).", ["length"])
         self.prompt_tokens = counter("prompt_tokens", "Prompt tokens of the requests that started generating.")
         self.generation_tokens = counter("generation_tokens", "Generated tokens.")
         self.request_success = counter("request_success", "Finished requests by finish reason.", ["finished_reason"])
@@ -121,7 +125,7 @@ class ServerMetrics:
                              buckets=E2E_BUCKETS, registry=r)
         self.queue_time = Histogram(PREFIX + "request_queue_time_seconds", "Arrival to the start of generation.",
                                     labels, buckets=E2E_BUCKETS, registry=r)
-        self.running = Gauge(PREFIX + "num_requests_running", "Requests generating (interleaved step by step).",
+        self.running = Gauge(PREFIX + "num_requests_running", "Requests generating (sharing every batched forward).",
                              labels, registry=r)
         self.waiting = Gauge(PREFIX + "num_requests_waiting", "Requests queued for a generation slot.", labels,
                              registry=r)
@@ -164,6 +168,12 @@ class ServerMetrics:
                 self.accepted_per_pos.labels(**self.labels, position=str(pos)).inc(n)
         if steps:
             self.window.add(steps, drafts, draft_tokens, accepted)
+
+    def record_draft_lengths(self, counts: Sequence[int]) -> None:
+        """counts[k]: this request's new steps whose policy allowed k draft tokens."""
+        for length, n in enumerate(counts):
+            if n:
+                self.chosen_draft_length.labels(**self.labels, length=str(length)).inc(n)
 
     def record_tokens(self, n: int) -> None:
         if n:

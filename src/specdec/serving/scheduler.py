@@ -1,17 +1,15 @@
-"""The request queue and the one worker thread that runs every generation.
+"""The request queue and the one worker thread that runs every generation, batched.
 
-The model is not thread-safe and the engine runs one sequence per forward, so all model work happens on a
-single worker thread. Requests wait in a FIFO queue (at most `max_waiting`; beyond that the server answers
-429) and up to `max_num_seqs` of them run at once, interleaved round-robin one engine step (one
-verification step) at a time: a short request admitted behind a long one gets its first token after one
-step of each running request, not after the long request ends. Each running request has its own slot: a
-runtime with its own KV cache (sized for that request's prompt + max_tokens) and its own proposer, so the
-interleaving cannot change any token (greedy output equals `specdec generate`'s). Slots are created on
-demand, at most `max_num_seqs`, and reused.
+The model is not thread-safe, so all model work happens on a single worker thread, which drives the
+engine's continuous-batching scheduler (scheduling/scheduler.py, the one `LLM.generate` uses): up to
+`max_num_seqs` requests share every target forward, join and leave at step boundaries, and long prompts
+are read in chunks between decode steps. Each request keeps its own KV cache and proposer, and the
+batched forward gives it the same bits as running alone, so greedy output equals `specdec generate`'s.
+Requests wait in a FIFO queue (at most `max_waiting`; beyond that the server answers 429).
 
 A request's handle (Generation) is shared with its HTTP handler: the worker posts one StepEvent per step
-onto the handler's asyncio queue; the handler cancels it when its client disconnects, and the worker drops
-it before its next step (or out of the queue, before it starts).
+onto the handler's asyncio queue; the handler cancels it when its client disconnects, and the worker aborts
+it at the next step boundary (or drops it from the queue before it starts); the others are unaffected.
 """
 
 from __future__ import annotations
@@ -21,14 +19,14 @@ import logging
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from specdec.api import LLM
-from specdec.engine.loop import StepOutput, generate_tokens
+from specdec.engine.step import StepOutput
 from specdec.engine.stats import SpecDecodingStats
 from specdec.sampling_params import SamplingParams
 from specdec.serving.errors import APIError
+from specdec.scheduling.scheduler import BatchScheduler
 from specdec.serving.metrics import ServerMetrics
 
 logger = logging.getLogger("specdec.serving")
@@ -70,28 +68,26 @@ class Generation:
 @dataclass
 class _Running:
     gen: Generation
-    slot: LLM
-    steps: Iterator[StepOutput] | None = None
     last_time: float = 0.0
     prev: tuple[int, int, int, int] = (0, 0, 0, 0)  # steps, drafts, draft tokens, accepted
     prev_per_pos: list[int] = field(default_factory=list)
+    prev_choices: list[int] = field(default_factory=list)
 
 
 class Scheduler:
-    def __init__(self, make_slot: Callable[[], LLM], metrics: ServerMetrics, max_num_seqs: int = 4,
+    def __init__(self, llm: LLM, metrics: ServerMetrics, max_num_seqs: int = 4,
                  max_waiting: int = 64, threads: int | None = None) -> None:
         if max_num_seqs < 1 or max_waiting < 0:
             raise ValueError("max_num_seqs must be >= 1 and max_waiting >= 0")
-        self.make_slot = make_slot
+        self.llm = llm
+        self.batch: BatchScheduler = llm.new_scheduler(max_num_seqs=max_num_seqs)
         self.metrics = metrics
         self.max_num_seqs = max_num_seqs
         self.max_waiting = max_waiting
         self.threads = threads
         self.cond = threading.Condition()
         self.waiting: deque[Generation] = deque()
-        self.running: list[_Running] = []
-        self.idle_slots: list[LLM] = []
-        self.num_slots = 0
+        self.running: dict[str, _Running] = {}
         self.active = 0  # requests submitted and not yet retired (running + waiting + being admitted)
         self.stopping = False
         self.thread: threading.Thread | None = None
@@ -99,6 +95,9 @@ class Scheduler:
     # ---- called from the event loop ----
 
     def submit(self, gen: Generation) -> None:
+        problem = self.batch.problem(gen.prompt_ids, gen.params)  # pure: safe off the worker thread
+        if problem is not None:
+            raise APIError(400, problem, code="request_too_large")
         with self.cond:
             if self.stopping:
                 raise APIError(503, "the server is shutting down", code="shutting_down")
@@ -136,12 +135,6 @@ class Scheduler:
         if self.thread is not None:
             self.thread.join(timeout)
 
-    def add_slot(self, slot: LLM) -> None:
-        """Hands over an already built slot (the one the server warmed up with)."""
-        with self.cond:
-            self.idle_slots.append(slot)
-            self.num_slots += 1
-
     # ---- the worker thread ----
 
     def _run(self) -> None:
@@ -156,24 +149,36 @@ class Scheduler:
                         self._abort_all()
                         return
                     self._drop_cancelled_waiting()
-                    admitted = []
-                    while self.waiting and len(self.running) + len(admitted) < self.max_num_seqs:
-                        admitted.append(self.waiting.popleft())
+                    room = self.max_num_seqs - len(self.running)
+                    admitted = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
                     if admitted or self.running:
                         break
                     self.cond.wait()
                 self.metrics.waiting_gauge.set(len(self.waiting))
             for gen in admitted:
                 self._admit(gen)
+            for rid, entry in list(self.running.items()):
+                if entry.gen.cancelled.is_set():
+                    self.batch.abort(rid)
+                    self._record_abort(entry.gen)
+                    del self.running[rid]
             self.metrics.running_gauge.set(len(self.running))
-            for entry in list(self.running):  # one step each: round-robin
-                try:
-                    self._step(entry)
-                except Exception as exc:  # a bug or a model failure: fail this request, keep serving
-                    logger.exception("request %s failed", entry.gen.request_id)
+            if not self.running:
+                continue
+            try:
+                outputs = self.batch.step()
+            except Exception as exc:  # a bug or a model failure: fail the batch's requests, keep serving
+                logger.exception("engine step failed")
+                for rid, entry in list(self.running.items()):
+                    self.batch.abort(rid)
                     entry.gen.post(StepEvent("", 0, error=exc))
-                    self._release(entry)
+                    del self.running[rid]
                     self._retire()
+                continue
+            for rid, out in outputs.items():
+                entry = self.running.get(rid)
+                if entry is not None:
+                    self._emit(rid, entry, out)
             self.metrics.running_gauge.set(len(self.running))
 
     def _drop_cancelled_waiting(self) -> None:
@@ -185,39 +190,27 @@ class Scheduler:
 
     def _admit(self, gen: Generation) -> None:
         try:
-            if self.idle_slots:
-                slot = self.idle_slots.pop()
-            else:
-                slot = self.make_slot()
-                self.num_slots += 1
+            self.batch.add(gen.prompt_ids, gen.params, request_id=gen.request_id)
         except Exception as exc:
-            logger.exception("could not build a generation slot")
+            logger.exception("could not start request %s", gen.request_id)
             gen.post(StepEvent("", 0, error=exc))
             self._retire()
             return
-        self.running.append(_Running(gen, slot))
+        self.running[gen.request_id] = _Running(gen)
+        self.metrics.h["queue_time"].observe(time.monotonic() - gen.arrival)
+        self.metrics.c["prompt_tokens"].inc(len(gen.prompt_ids))
 
-    def _step(self, entry: _Running) -> None:
+    def _emit(self, rid: str, entry: _Running, out: StepOutput) -> None:
         gen, m = entry.gen, self.metrics
-        if gen.cancelled.is_set():
-            self._record_abort(gen)
-            self._release(entry)
-            return
-        if entry.steps is None:
-            slot = entry.slot
-            entry.steps = generate_tokens(slot.runtime, slot.proposer, gen.prompt_ids, gen.params, slot.tokenizer,
-                                          slot.eos_token_ids, slot.max_model_len)
-            m.h["queue_time"].observe(time.monotonic() - gen.arrival)
-            m.c["prompt_tokens"].inc(len(gen.prompt_ids))
-        out = next(entry.steps)
         now = time.monotonic()
         s = out.stats
         counts = (s.num_steps, s.num_drafts, s.num_draft_tokens, s.num_accepted_tokens)
         d = [a - b for a, b in zip(counts, entry.prev)]
-        per_pos = [a - (entry.prev_per_pos[i] if i < len(entry.prev_per_pos) else 0)
-                   for i, a in enumerate(s.accepted_per_position)]
+        per_pos = _diff(s.accepted_per_position, entry.prev_per_pos)
         m.record_step(d[0], d[1], d[2], d[3], per_pos)
+        m.record_draft_lengths(_diff(s.chosen_draft_lengths, entry.prev_choices))
         entry.prev, entry.prev_per_pos = counts, list(s.accepted_per_position)
+        entry.prev_choices = list(s.chosen_draft_lengths)
         n = len(out.new_token_ids)
         m.record_tokens(n)
         if entry.last_time == 0.0:
@@ -234,7 +227,7 @@ class Scheduler:
             event.stats = _copy_stats(s)
             m.h["e2e"].observe(now - gen.arrival)
             m.request_success.labels(**m.labels, finished_reason=finish.reason).inc()
-            self._release(entry)
+            del self.running[rid]
             self._retire()
         gen.post(event)
 
@@ -247,20 +240,18 @@ class Scheduler:
         with self.cond:
             self.active -= 1
 
-    def _release(self, entry: _Running) -> None:
-        if entry in self.running:
-            self.running.remove(entry)
-        if entry.steps is not None:
-            entry.steps.close()
-        self.idle_slots.append(entry.slot)
-
     def _abort_all(self) -> None:
-        for entry in list(self.running):
+        for rid, entry in list(self.running.items()):
+            self.batch.abort(rid)
             self._record_abort(entry.gen)
-            self._release(entry)
+        self.running.clear()
         for gen in self.waiting:
             self._record_abort(gen)
         self.waiting.clear()
+
+
+def _diff(now: list[int], before: list[int]) -> list[int]:
+    return [a - (before[i] if i < len(before) else 0) for i, a in enumerate(now)]
 
 
 def _copy_stats(s: SpecDecodingStats) -> SpecDecodingStats:

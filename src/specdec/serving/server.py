@@ -1,7 +1,7 @@
 """`specdec serve`: loads the model once, warms it up, and serves the OpenAI API with uvicorn.
 
     specdec serve --model M --speculative-config '{"method": "ngram", "num_speculative_tokens": 5}' \\
-        --host 127.0.0.1 --port 8000 [--threads 1] [--max-num-seqs 4] [--max-waiting 64] ...
+        --host 127.0.0.1 --port 8000 [--threads 1] [--max-num-seqs 32] [--max-waiting 64] ...
 """
 
 from __future__ import annotations
@@ -15,8 +15,10 @@ import time
 DESCRIPTION = """\
 An OpenAI-compatible server (FastAPI + uvicorn) over the speculative engine: /v1/completions,
 /v1/chat/completions, /v1/models, /health, /version and Prometheus /metrics. Generations run on one worker
-thread, up to --max-num-seqs at a time interleaved step by step (FIFO admission); up to --max-waiting more
-wait in the queue, and beyond that requests get 429."""
+thread: up to --max-num-seqs at a time share every batched forward (continuous batching, FIFO admission,
+long prompts read in chunks of --max-num-batched-tokens between decode steps); up to --max-waiting more wait
+in the queue, and beyond that requests get 429. A request whose KV cache could never fit in
+--kv-cache-memory-gib gets 400 naming the limit."""
 
 
 def add_serve_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,8 +36,12 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="longest prompt accepted (default: max-model-len - 1)")
     p.add_argument("--max-tokens-limit", type=int, default=2048,
                    help="largest max_tokens a request may ask for; also the chat default (default 2048)")
-    p.add_argument("--max-num-seqs", type=int, default=4,
-                   help="requests generating at once, interleaved step by step; each holds a KV cache (default 4)")
+    p.add_argument("--max-num-seqs", type=int, default=32,
+                   help="requests generating at once, in one batched forward; each holds a KV cache (default 32)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                   help="rows per engine step: verification rows first, then prefill chunks (default 2048)")
+    p.add_argument("--kv-cache-memory-gib", type=float, default=4.0,
+                   help="KV caches of the running requests together; admission waits beyond it (default 4)")
     p.add_argument("--max-waiting", type=int, default=64, help="requests queued beyond those (default 64); then 429")
     p.add_argument("--metrics-window", type=float, default=60.0,
                    help="seconds covered by the acceptance-rate and efficiency gauges (default 60)")
@@ -76,7 +82,9 @@ def build_state(args: argparse.Namespace):
     _check_args(args)
     config = parse_speculative_config(args.speculative_config)
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
-              max_model_len=args.max_model_len)
+              max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=args.max_num_batched_tokens,
+              kv_cache_memory_bytes=int(args.kv_cache_memory_gib * 2**30))
     if llm.max_model_len is None:
         raise ValueError("the model does not say its context length: pass --max-model-len")
     max_model_len = int(llm.max_model_len)
@@ -92,12 +100,8 @@ def build_state(args: argparse.Namespace):
     k = config.num_speculative_tokens if config is not None else 0
     metrics = ServerMetrics(name, k, args.metrics_window)
 
-    def make_slot() -> LLM:
-        return LLM(loaded=llm.model, speculative_config=config, max_model_len=max_model_len)
-
-    scheduler = Scheduler(make_slot, metrics, max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting,
+    scheduler = Scheduler(llm, metrics, max_num_seqs=args.max_num_seqs, max_waiting=args.max_waiting,
                           threads=args.threads)
-    scheduler.add_slot(llm)
     return ServerState(
         model_name=name, model_path=llm.model.name, tokenizer=copy.deepcopy(llm.tokenizer), limits=limits,
         scheduler=scheduler, metrics=metrics, speculative_config=config.to_dict() if config else None,

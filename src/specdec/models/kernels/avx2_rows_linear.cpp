@@ -23,6 +23,12 @@
 namespace {
 
 constexpr int64_t kChunk = 16;
+#ifndef PF_HINT
+#define PF_HINT _MM_HINT_T0
+#endif
+#ifndef TILE_BIG
+#define TILE_BIG 48
+#endif
 
 inline void split_bf16(__m256i raw, __m256& even, __m256& odd) {
   even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
@@ -51,7 +57,7 @@ inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t
   for (int64_t j = 0; j < full; ++j) {
     const int64_t k = j * kChunk;
     if (pf && (j & 1) == 0)  // a 64-byte line holds two chunks
-      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(pf + c * k_size + k), _MM_HINT_T0);
+      for (int c = 0; c < C; ++c) _mm_prefetch(reinterpret_cast<const char*>(pf + c * k_size + k), PF_HINT);
     __m256 wv[C];
     for (int c = 0; c < C; ++c)
       wv[c] = _mm256_castsi256_ps(
@@ -149,7 +155,7 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   // Threads split the columns into tiles (a multiple of 24, so every row-block shape fits whole); within a
   // tile each block of rows runs over all the tile's columns while the tile's weights sit in L2.
   const int threads = at::get_num_threads();
-  const int64_t tile = n_size >= 48 * 8 * threads ? 48 : 24;
+  const int64_t tile = n_size >= 48 * 8 * threads ? TILE_BIG : 24;
   const int64_t tiles = (n_size + tile - 1) / tile;
 #pragma omp parallel for schedule(static) num_threads(threads)
   for (int64_t t = 0; t < tiles; ++t) {
