@@ -48,7 +48,9 @@ def add_bench_serve_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--prompts", required=True, help="jsonl: MT-Bench lines (turns) or {prompt} lines")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--num-prompts", type=int, default=64, help="requests to send (prompts are cycled; default 64)")
-    p.add_argument("--max-concurrency", type=int, default=8, help="requests in flight at most (default 8)")
+    p.add_argument("--max-concurrency", default="8",
+                   help="requests in flight at most (default 8); a comma-separated list (1,4,16,32) runs once per value "
+                        "and adds a summary of the output throughput against concurrency")
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--temperature", type=float, default=0.0)
     p.add_argument("--seed", type=int, default=None, help="sent with every request (sampling only)")
@@ -302,7 +304,48 @@ def format_table(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def _concurrencies(text: str | int) -> list[int]:
+    try:
+        values = [int(v) for v in str(text).split(",") if v.strip()]
+    except ValueError:
+        raise ValueError(f"--max-concurrency takes integers separated by commas, got {text!r}") from None
+    if not values:
+        raise ValueError("--max-concurrency needs at least one value")
+    return values
+
+
 def cmd_bench_serve(args: argparse.Namespace) -> int:
+    values = _concurrencies(args.max_concurrency)
+    if len(values) == 1:
+        args.max_concurrency = values[0]
+        return _one_run(args)
+    reports = []
+    for c in values:
+        one = argparse.Namespace(**vars(args))
+        one.max_concurrency, one.output_json, one.output_table = c, None, None
+        reports.append(asyncio.run(run_load(one)))
+        print(format_table(reports[-1]), flush=True)
+    base = reports[0]["output_throughput"] or 0
+    summary = [{"max_concurrency": r["max_concurrency"], "output_throughput": r["output_throughput"],
+                "vs_first": round(r["output_throughput"] / base, 3) if base and r["output_throughput"] else None,
+                "failed": r["failed"], "median_ttft_ms": r["ttft_ms"]["median"], "median_itl_ms": r["itl_ms"]["median"],
+                "mean_acceptance_length": r["spec_decoding"]["mean_acceptance_length"]} for r in reports]
+    lines = [f"{'concurrency':>11} {'out tok/s':>10} {'vs first':>9} {'failed':>7} {'TTFT p50 ms':>12} {'ITL p50 ms':>11}"]
+    for r in summary:
+        lines.append(f"{r['max_concurrency']:>11} {r['output_throughput']:>10} {r['vs_first'] or '-':>9} {r['failed']:>7} "
+                     f"{r['median_ttft_ms'] or 0:>12.1f} {r['median_itl_ms'] or 0:>11.1f}")
+    table = "\n".join(lines)
+    print(table, flush=True)
+    if args.output_table:
+        Path(args.output_table).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output_table).write_text("\n\n".join(format_table(r) for r in reports) + "\n\n" + table + "\n")
+    if args.output_json:
+        Path(args.output_json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.output_json).write_text(json.dumps({"summary": summary, "runs": reports}, indent=2) + "\n")
+    return 0 if all(r["failed"] == 0 for r in reports) else 1
+
+
+def _one_run(args: argparse.Namespace) -> int:
     report = asyncio.run(run_load(args))
     table = format_table(report)
     print(table, flush=True)
