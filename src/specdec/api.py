@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -147,8 +148,7 @@ class LLM:
         if own is not None and spec is None:
             max_num_seqs = 1
         if max_num_seqs is not None:
-            config = SchedulerConfig(max_num_seqs, config.max_num_batched_tokens, config.kv_cache_memory_bytes,
-                                     config.max_attention_elements)
+            config = dataclasses.replace(config, max_num_seqs=max_num_seqs)
         first = [own] if own is not None else []
 
         def new_proposer() -> Proposer:

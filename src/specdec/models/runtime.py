@@ -138,7 +138,7 @@ class NativeRuntime(ModelRuntime):
             raise RuntimeError("call reset(capacity) before running the model")
         return self.cache
 
-    def decoder_input(self, call: ForwardCall) -> tuple[DecoderInput, int]:
+    def decoder_input(self, call: ForwardCall) -> DecoderInput:
         """Reserves the call's slots in this runtime's cache and builds its positions, masks and tree order."""
         cache = self._require_cache()
         tokens, parents = call.tokens, call.parents
@@ -161,7 +161,7 @@ class NativeRuntime(ModelRuntime):
             order = tree_slot_order(ancestry, cache.length, cache.capacity)
             masks = {w: reorder_mask(m, order, depth, cache.length) for w, m in masks.items()}
         ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
-        return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order), t
+        return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order)
 
     @torch.inference_mode()
     def forward(
@@ -209,7 +209,7 @@ def forward_batch(runtimes: Sequence[ModelRuntime], calls: Sequence[ForwardCall]
             c = calls[i]
             results[i] = runtime.forward(c.tokens, c.parents, c.capture, c.logit_rows)
     for members in groups.values():
-        inputs = [runtimes[i].decoder_input(calls[i])[0] for i in members]  # type: ignore[attr-defined]
+        inputs = [runtimes[i].decoder_input(calls[i]) for i in members]  # type: ignore[attr-defined]
         outs = runtimes[members[0]].decoder.forward_batch(inputs)  # type: ignore[attr-defined]
         for i, out in zip(members, outs):
             results[i] = ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)

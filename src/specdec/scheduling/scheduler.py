@@ -160,10 +160,12 @@ class BatchScheduler:
                             max(16, self.config.max_attention_elements // seq.capacity))
                 work.append(Work(seq, chunk=chunk))
                 budget -= chunk
-        before = {w.seq.request_id: (list(w.seq.stats.accepted_per_position), list(w.seq.stats.drafted_per_position),
-                                     w.seq.stats.draft_seconds, w.seq.stats.num_draft_tokens) for w in work}
+        auto = isinstance(self.policy, AutoDraftLength)
+        before = {} if not auto else {
+            w.seq.request_id: (list(w.seq.stats.accepted_per_position), list(w.seq.stats.drafted_per_position),
+                               w.seq.stats.draft_seconds, w.seq.stats.num_draft_tokens) for w in work}
         outputs = run_step(work)
-        if isinstance(self.policy, AutoDraftLength):
+        if auto:
             for w in work:
                 if not w.seq.prefilling and w.seq.request_id in before:
                     acc, dr, ds, dt = before[w.seq.request_id]
