@@ -203,3 +203,41 @@ def test_sampling_inside_a_batch_matches_the_target(zoo, small_prompt, exact_fir
     assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
     assert llm.stats.num_accepted_tokens >= 100
     assert llm.stats.acceptance_rate < 0.95
+
+
+@pytest.mark.parametrize("temperature", [0.0, 0.9])
+def test_draft_model_drafts_every_sequence_in_one_forward_per_step(zoo, temperature):
+    """DraftModelProposer.propose_batch gives each sequence the draft its own propose() gives (same tokens,
+    same distributions, same generator draws), with one batched draft-model forward per drafting step."""
+    from specdec.drafting.draft_model import DraftModelProposer
+    from specdec.models import runtime as runtime_module
+
+    loaded = zoo.load("gemma_untied")
+    llm = LLM(loaded=loaded, speculative_config={"method": "draft_model", "model": "self:1",
+                                                  "num_speculative_tokens": 4})
+    params = SamplingParams(temperature=temperature, max_tokens=8)
+    contexts = [loaded.tokenizer.encode(p) for p in [*PROMPTS, PROMPTS[0] + " again"]]
+    limits = [4, 2] + [4] * (len(contexts) - 2)
+
+    def start() -> list[DraftModelProposer]:
+        ps = [llm.new_proposer() for _ in contexts]
+        for i, p in enumerate(ps):
+            p.begin(contexts[i], params, torch.Generator().manual_seed(i), 256)
+        return ps
+
+    alone = [p.propose(c, 4) for p, c in zip(start(), contexts)]
+    batched_ps = start()
+    assert len({id(p.runtime.decoder) for p in batched_ps}) == 1  # one shared self-draft decoder
+    calls = []
+    real = runtime_module.forward_batch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(runtime_module, "forward_batch", lambda rts, cs: calls.append(len(rts)) or real(rts, cs))
+        together = DraftModelProposer.propose_batch(batched_ps, contexts, limits)
+    assert calls[0] == len(contexts) >= 4 and len(calls) <= 4  # every sequence in the first forward
+    for i, (a, b) in enumerate(zip(alone, together)):
+        n = 2 if i == 1 else len(a.tokens)
+        assert b.tokens == a.tokens[:n] and len(b.tokens) == min(len(a.tokens), 2 if i == 1 else 4)
+        if temperature > 0:
+            assert torch.equal(b.probs, a.probs[:n])
+        else:
+            assert b.probs is None and a.probs is None

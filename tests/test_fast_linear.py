@@ -80,7 +80,7 @@ def test_kernel_rows_are_bit_identical_for_any_row_count(k, n):
 
 def test_kernel_rows_do_not_depend_on_threads_or_column_slices():
     kern = _kernel()
-    x, w, _ = _case(640, 1500, rows=9, seed=2)
+    x, w, _ = _case(640, 1500, rows=20, seed=2)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -94,17 +94,18 @@ def test_kernel_rows_do_not_depend_on_threads_or_column_slices():
         assert torch.equal(kern.rows_linear(x, w[start:stop]), one[:, start:stop])
 
 
-def test_avx2_kernel_sums_in_its_documented_order():
+@pytest.mark.parametrize("rows", [5, 16])  # 16: the path that splits a tile's weights into float32 once
+def test_avx2_kernel_sums_in_its_documented_order(rows):
     """The AVX2 kernel's arithmetic, emulated in float32 (bfloat16 products are exact in float32): per
     chunk of 16 along K, lane l accumulates k = 16j + 2l, then k = 16j + 2l + 1; then the 8 lanes are
     summed as ((l0 + l1) + (l2 + l3)) + ((l4 + l5) + (l6 + l7))."""
     if fast_linear.kernel_isa() != "avx2":
         pytest.skip("not the AVX2 kernel")
-    x, w, _ = _case(100, 37, rows=5, seed=3)
+    x, w, _ = _case(100, 37, rows=rows, seed=3)
     kp = 112
-    xf = F.pad(x.float(), (0, kp - 100)).view(5, kp // 16, 8, 2)
+    xf = F.pad(x.float(), (0, kp - 100)).view(rows, kp // 16, 8, 2)
     wf = F.pad(w.float(), (0, kp - 100)).view(37, kp // 16, 8, 2)
-    acc = torch.zeros(5, 37, 8)
+    acc = torch.zeros(rows, 37, 8)
     for j in range(kp // 16):
         for e in range(2):
             acc = acc + xf[:, None, j, :, e] * wf[None, :, j, :, e]

@@ -139,6 +139,7 @@ def run_batch_bench(
         "configs": [c.to_dict() for c in configs],
         "policies": policies,
         "rows": rows,
+        "reference_token_ids": reference["tokens"],  # batch-1 plain: what peers' outputs are checked against
     }
 
 

@@ -70,6 +70,14 @@ class Proposer(ABC):
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         """Drafts up to `max_tokens` tokens to follow `tokens` (committed tokens plus the pending last one)."""
 
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """`proposers[i].propose(tokens[i], max_tokens[i])` for every i (all of this class), in one batched
+        step where the method has one (a drafter network forwarding every sequence at once); each draft must
+        be the one `propose` would give. This default drafts one sequence after another."""
+        return [p.propose(t, m) for p, t, m in zip(proposers, tokens, max_tokens)]
+
     def counters(self) -> dict[str, int]:
         """Method-specific running counts for reports (e.g. hybrid: steps drafted by each part)."""
         return {}

@@ -74,7 +74,8 @@ class DraftModelProposer(Proposer):
         else:
             from specdec.models.loading import load_model
 
-            draft = load_model(options.model, dtype=target.dtype, device=target.device)
+            draft = target.shared(("draft_model", options.model),
+                                  lambda: load_model(options.model, dtype=target.dtype, device=target.device))
             check_same_vocabulary(target, draft)
             self.runtime = draft.new_runtime()
         self.vocab_size = target.vocab_size
@@ -127,6 +128,49 @@ class DraftModelProposer(Proposer):
         self.last_draft_len = len(drafted)
         self.context_len = len(tokens)
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
+
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """`propose` for every sequence, each drafting step one batched forward of the draft model over all
+        the sequences still drafting (their runtimes share the draft model's decoder, and a row's logits are
+        those of its forward alone, so every draft is the one `propose` gives)."""
+        from specdec.models.runtime import ForwardCall, forward_batch
+
+        ps = [p for p in proposers if isinstance(p, DraftModelProposer)]
+        if len(ps) != len(proposers):
+            raise TypeError("propose_batch takes draft-model proposers only")
+        ks = [min(p.num_speculative_tokens, m) for p, m in zip(ps, max_tokens)]
+        drafted: list[list[int]] = [[] for _ in ps]
+        probs: list[list[torch.Tensor]] = [[] for _ in ps]
+        active, calls = [], []
+        for i, (p, t, k) in enumerate(zip(ps, tokens, ks)):
+            p.last_draft_len = max(k, 0)
+            if k > 0:
+                calls.append(ForwardCall([x if x < p.draft_vocab_size else 0 for x in t[p.cached :]], logit_rows="last"))
+                p.cached = len(t)
+                active.append(i)
+        while active:
+            results = forward_batch([ps[i].runtime for i in active], calls)
+            next_active, next_calls = [], []
+            for i, call, result in zip(active, calls, results):
+                p = ps[i]
+                p.runtime.commit(range(len(call.tokens)))
+                logits = result.logits[-1]
+                token, q = p._pick(logits)
+                drafted[i].append(token)
+                if q is not None:
+                    probs[i].append(q)
+                if len(drafted[i]) < ks[i] and keeps_drafting(p.options.confidence_threshold, logits, q, token):
+                    next_active.append(i)
+                    next_calls.append(ForwardCall([token], logit_rows="last"))
+            active, calls = next_active, next_calls
+        out = []
+        for p, t, k, d, q in zip(ps, tokens, ks, drafted, probs):
+            if k > 0:
+                p.last_draft_len, p.context_len = len(d), len(t)
+            out.append(Draft(tokens=d, probs=torch.stack(q) if q else None))
+        return out
 
     def feedback(
         self, num_accepted: int, verified: ForwardResult | None = None, path: Sequence[int] | None = None

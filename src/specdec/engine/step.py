@@ -57,11 +57,32 @@ def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 
-def _plan_decode(work: Work, early_exit: bool) -> _Planned:
+def _draft_all(decoding: Sequence[Work]) -> tuple[list[Draft], dict[str, float]]:
+    """Every decoding sequence's draft, one `propose_batch` per drafting method (one drafter forward for all
+    of its sequences where the method has a network); returns the drafts and each sequence's share of the
+    drafting time."""
+    drafts: list[Draft] = [EMPTY_DRAFT] * len(decoding)
+    seconds: dict[str, float] = {w.seq.request_id: 0.0 for w in decoding}
+    groups: dict[type, list[int]] = {}
+    for i, w in enumerate(decoding):
+        if w.seq.proposer is not None and min(w.seq.room, w.draft_limit) > 0:
+            groups.setdefault(type(w.seq.proposer), []).append(i)
+    for cls, members in groups.items():
+        t = time.perf_counter()
+        out = cls.propose_batch([decoding[i].seq.proposer for i in members],  # type: ignore[misc]
+                                [decoding[i].seq.tokens for i in members],
+                                [min(decoding[i].seq.room, decoding[i].draft_limit) for i in members])
+        share = (time.perf_counter() - t) / len(members)
+        for i, draft in zip(members, out):
+            drafts[i] = draft
+            seconds[decoding[i].seq.request_id] = share
+    return drafts, seconds
+
+
+def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
     seq = work.seq
     proposer, room = seq.proposer, seq.room
     limit = min(room, work.draft_limit)
-    draft = proposer.propose(seq.tokens, limit) if proposer is not None and limit > 0 else EMPTY_DRAFT
     token = seq.tokens[-1]
     rows = None if early_exit else "all"
     if draft.parents is None:
@@ -114,7 +135,8 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
     # call over every row costs less. Either way the tokens are the same.
     lone = len(batch) == 1 and len(decoding) == 1
     plans: list[_Planned] = []
-    draft_seconds: dict[str, float] = {}
+    drafts, draft_seconds = _draft_all(decoding)
+    draft_of = {id(w): d for w, d in zip(decoding, drafts)}
     for work in batch:
         seq = work.seq
         if seq.prefilling:
@@ -124,9 +146,7 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
             plans.append(_Planned(work, call))
         else:
             early = lone and seq.params.greedy and seq.runtime.scores_head_slices
-            d0 = time.perf_counter()
-            plans.append(_plan_decode(work, early))
-            draft_seconds[seq.request_id] = time.perf_counter() - d0
+            plans.append(_plan_decode(work, draft_of[id(work)], early))
     t1 = time.perf_counter()
     results = forward_batch([p.work.seq.runtime for p in plans], [p.call for p in plans])
     t2 = time.perf_counter()

@@ -204,11 +204,20 @@ class DecoderLayer(nn.Module):
             qk = self.norm(qk, "qk_norm")
         qk = apply_rope(qk, cos, sin)
         q, k = qk[:, : a.num_heads], qk[:, a.num_heads :]
-        parts = []
-        for s in sequences:
-            keys_t, values = s.cache.write(self.index, k[s.start : s.end], v[s.start : s.end])
-            parts.append(attention(q[s.start : s.end], keys_t, values, s.masks[self.window], a.attn_scale, s.order))
-        attn = parts[0] if len(parts) == 1 else torch.cat(parts)
+        kern = fast_linear.kernel() if q.dtype == torch.bfloat16 and q.device.type == "cpu" else None
+        if kern is not None and hasattr(kern, "attention_batch"):  # the loop below, in one C++ call
+            buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
+            attn = kern.attention_batch(
+                q, k, v, [b[0] for b in buffers], [b[1] for b in buffers], [s.masks[self.window] for s in sequences],
+                [s.order if s.order is not None else _NO_ORDER for s in sequences],
+                [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences], a.attn_scale)
+        else:
+            parts = []
+            for s in sequences:
+                keys_t, values = s.cache.write(self.index, k[s.start : s.end], v[s.start : s.end])
+                parts.append(attention(q[s.start : s.end], keys_t, values, s.masks[self.window], a.attn_scale,
+                                       s.order))
+            attn = parts[0] if len(parts) == 1 else torch.cat(parts)
         attn = linear(attn, self.o.weight, self.o.bias)
         if a.sandwich_norm:
             h = h + self.norm(attn, "post_attn_norm")
@@ -374,12 +383,21 @@ class Decoder(nn.Module):
         self.final_scale = norm_scale(self.final_norm, self.arch.gemma_norm)
         for layer in self.layers:
             layer.prepare()
+        self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self
 
     def truncated(self, num_layers: int) -> Decoder:
-        """The first `num_layers` layers with this model's final norm and LM head, sharing every weight."""
+        """The first `num_layers` layers with this model's final norm and LM head, sharing every weight.
+        One clone per depth, so the self-drafts of many sequences share a batched forward (runtime.forward_batch
+        batches the runtimes of one decoder)."""
         if not 1 <= num_layers <= self.num_layers:
             raise ValueError(f"self-draft needs 1..{self.num_layers} layers, got {num_layers}")
+        clones = self.__dict__.setdefault("_truncated", {})
+        if num_layers not in clones:
+            clones[num_layers] = self._clone_layers(num_layers)
+        return clones[num_layers]
+
+    def _clone_layers(self, num_layers: int) -> Decoder:
         clone = Decoder.__new__(Decoder)
         nn.Module.__init__(clone)
         clone.arch = self.arch

@@ -15,6 +15,7 @@ run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables th
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 import sys
@@ -44,7 +45,8 @@ _BUILDS = {
     "avx512_bf16": ("specdec_cpu_kernels", ["bf16_rows_linear.cpp", "probs_values.cpp"],
                     ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]),
     "avx2": ("specdec_cpu_kernels_avx2",
-             ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_probs_values.cpp", "avx2_qk_scores.cpp"],
+             ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_probs_values.cpp", "avx2_qk_scores.cpp",
+              "avx2_attention_batch.cpp"],
              ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]),
 }
 
@@ -81,9 +83,11 @@ def kernel() -> Any | None:
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         folder = Path(__file__).with_name("kernels")
+        # the sources' hash in the name: two checkouts (or versions) never load each other's build
+        digest = hashlib.sha256(b"".join((folder / s).read_bytes() for s in sources) + " ".join(cflags).encode())
         logger.info("building the bfloat16 row kernels for %s (once, ~30 s)", isa)
         return load(
-            name=name,
+            name=f"{name}_{digest.hexdigest()[:10]}",
             sources=[str(folder / source) for source in sources],
             extra_cflags=cflags,
             extra_ldflags=["-fopenmp"],

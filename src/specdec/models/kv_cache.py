@@ -51,6 +51,13 @@ class KVCache:
         self.values[layer, :, start:end] = values.transpose(0, 1)
         return self.keys_t[layer], self.values[layer]
 
+    def layer(self, layer: int, num_tokens: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's whole buffers (as `write` returns them) for a caller that writes the pending
+        `num_tokens` keys/values itself at slots [length, length + num_tokens)."""
+        if num_tokens != self.pending:
+            raise ValueError(f"{num_tokens} rows for {self.pending} pending slots")
+        return self.keys_t[layer], self.values[layer]
+
     def commit(self, kept: Sequence[int]) -> None:
         """Keeps the pending entries at indices `kept` (ascending, relative to the last forward)."""
         kept = list(kept)

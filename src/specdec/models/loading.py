@@ -7,6 +7,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -114,6 +115,14 @@ class LoadedModel:
         kv_heads = getattr(c, "num_key_value_heads", None) or c.num_attention_heads
         head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
         return 2 * c.num_hidden_layers * kv_heads * head_dim * self.dtype.itemsize
+
+    def shared(self, key: tuple[Any, ...], build: Callable[[], Any]) -> Any:
+        """What `build()` returns, built once per key for this model: what every sequence's proposer may
+        share (a draft model's weights), instead of one copy per running sequence."""
+        cache = self.__dict__.setdefault("_shared", {})
+        if key not in cache:
+            cache[key] = build()
+        return cache[key]
 
     def new_runtime(self, num_layers: int | None = None) -> ModelRuntime:
         """A runtime with its own KV cache; `num_layers` < all gives the shared-weight self-draft."""

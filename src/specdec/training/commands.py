@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 
 from specdec.defaults import DEFAULT_MODEL
+from specdec.training.self_distill import DEFAULT_DATA_SPECULATIVE_CONFIG
 
 PROMPT_SAMPLES_HELP = ("also train on up to N corpus prompts that have no generated response yet, and on the "
                        "prompt positions of every sample (labels: the target's distribution); 0 = off, -1 = all")
@@ -227,11 +228,11 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--corpora", default=None, help="training corpora directory (default ../shared/data/train)")
     gen.add_argument("--exclude", default=None, help="held-out exclusion list (default benchmarks/prompts/other_kinds.exclude.json)")
-    gen.add_argument("--speculative-config", default='{"method": "ngram", "num_speculative_tokens": 5}',
-                     help="how generation is accelerated (lossless, so greedy data is unchanged)")
-    gen.add_argument("--batch-size", type=int, default=1,
-                     help="> 1: prompts per forward through transformers' batched generate (about 3x faster on "
-                          "a CPU at 16; greedy text can differ at bfloat16 near-ties; --speculative-config unused)")
+    gen.add_argument("--speculative-config", default=DEFAULT_DATA_SPECULATIVE_CONFIG,
+                     help="how generation is accelerated (lossless, so the data is unchanged)")
+    gen.add_argument("--batch-size", type=int, default=16,
+                     help="prompts decoded together, one target forward per step (continuous batching; the "
+                          "samples are identical at any batch size)")
     _common(gen)
     gen.set_defaults(func=cmd_data_generate)
 

@@ -1,11 +1,10 @@
 """Self-distillation data: the target writes the responses to the training prompts.
 
-Responses are generated through our own engine with n-gram speculative decoding: lossless, so greedy
-responses are exactly the target's plain-decoding output, only about twice as fast on a CPU (the engine
-decodes one sequence at a time; speculative verification is how it uses several rows per forward).
-With `batch_size` > 1 the prompts go through transformers' batched `generate` instead
-(batched_generation.py: faster on a CPU, not bit-exact in bfloat16). Records are appended one per line to
-`samples.jsonl`; a rerun skips the ids already there (resume).
+Responses are generated through our own engine, with n-gram speculative decoding and continuous batching
+(`batch_size` sequences share each target forward). Both are lossless: greedy responses are exactly the
+target's plain batch-1 output whatever the batch size, and a sampled response depends only on its seed.
+Records are appended one per line to `samples.jsonl` as requests finish; a rerun skips the ids already
+there (resume).
 """
 
 from __future__ import annotations
@@ -26,6 +25,11 @@ from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, T
 SAMPLES_FILE = "samples.jsonl"
 PACKED_SAMPLES_FILE = "samples.jsonl.gz"  # a finished data set as committed to the repository
 META_FILE = "meta.json"
+# n-gram drafting with the draft length chosen per step from the measured cost curve: it drafts while that
+# pays at the current batch size and stops when the batch has used up the spare compute
+DEFAULT_DATA_SPECULATIVE_CONFIG = '{"method": "ngram", "num_speculative_tokens": "auto"}'
+# settings that do not change what the data is (speculation is lossless), so a resume may change them
+_FREE_SETTINGS = ("speculative_config",)
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ class DistillSettings:
     max_prompt_tokens: int = 768
     temperature: float = 0.0
     seed: int = 0
-    speculative_config: str = '{"method": "ngram", "num_speculative_tokens": 5}'
+    speculative_config: str = DEFAULT_DATA_SPECULATIVE_CONFIG
 
 
 @dataclass(frozen=True)
@@ -87,8 +91,8 @@ def _check_meta(out: Path, settings: DistillSettings) -> None:
     meta = asdict(settings)
     if meta_path.is_file():
         old = json.loads(meta_path.read_text())
-        old_settings = {k: old.get(k) for k in meta}
-        if old_settings != meta:
+        old_settings = {k: old.get(k) for k in meta if k not in _FREE_SETTINGS}
+        if old_settings != {k: v for k, v in meta.items() if k not in _FREE_SETTINGS}:
             raise ValueError(f"{out} was generated with other settings {old_settings}; use a new --output")
     else:
         meta_path.write_text(json.dumps(meta, indent=1) + "\n")
@@ -140,62 +144,41 @@ def generate_data(
     if num_prompts is not None:
         prompts = prompts[:num_prompts]
     todo = [p for p in prompts if p.id not in done]
-    if batch_size > 1:
-        return _generate_batched(settings, path, prompts, todo, batch_size, progress)
     if llm is None:
-        llm = LLM(settings.target, speculative_config=json.loads(settings.speculative_config))
+        llm = LLM(settings.target, speculative_config=json.loads(settings.speculative_config), max_num_seqs=batch_size)
     tokenizer = llm.get_tokenizer()
     params = SamplingParams(
         max_tokens=settings.max_new_tokens, temperature=settings.temperature, seed=settings.seed
     )
+    scheduler = llm.new_scheduler(batch_size)
+    if scheduler.config.max_num_seqs < batch_size:
+        raise ValueError(f"this LLM's proposer was set by hand, so it decodes one sequence at a time; "
+                         f"--batch-size {batch_size} needs a speculative config")
     bar = tqdm(total=len(prompts), initial=len(prompts) - len(todo), desc="self-distillation",
                unit="prompt", disable=not progress, dynamic_ncols=True)
-    tokens, start = 0, time.perf_counter()
-    with path.open("a", encoding="utf-8") as f:
-        for prompt in todo:
-            ids = render_prompt(tokenizer, prompt.turns, prompt.answers)
-            if len(ids) > settings.max_prompt_tokens:  # cutting would drop the answer cue: skip instead
-                bar.update(1)
-                continue
-            (out,) = llm.generate({"prompt_token_ids": ids}, params)
-            response = list(out.outputs[0].token_ids)
-            record = {"id": prompt.id, "kind": prompt.kind, "prompt_ids": ids, "response_ids": response}
-            f.write(json.dumps(record) + "\n")
-            f.flush()
-            tokens += len(response)
+    queued: dict[str, tuple[TrainPrompt, list[int]]] = {}
+    for prompt in todo:
+        ids = render_prompt(tokenizer, prompt.turns, prompt.answers)
+        if len(ids) > settings.max_prompt_tokens:  # cutting would drop the answer cue: skip instead
             bar.update(1)
-            bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.0f}", tokens=tokens)
-    bar.close()
-    return path
-
-
-def _generate_batched(settings: DistillSettings, path: Path, prompts: list[TrainPrompt], todo: list[TrainPrompt],
-                      batch_size: int, progress: bool) -> Path:
-    from specdec.api import _eos_ids
-    from specdec.models.loading import load_model
-    from specdec.training.batched_generation import generate_batch, length_sorted_batches
-
-    model = load_model(settings.target, native=False)
-    tokenizer = model.tokenizer
-    eos = _eos_ids(model)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos[0]
-    rendered = [render_prompt(tokenizer, p.turns, p.answers) for p in todo]
-    fits = [i for i, ids in enumerate(rendered) if len(ids) <= settings.max_prompt_tokens]  # see generate_data
-    bar = tqdm(total=len(prompts), initial=len(prompts) - len(fits),  # done before, or too long
-               desc="self-distillation (batched)", unit="prompt", disable=not progress, dynamic_ncols=True)
+            continue
+        queued[scheduler.add(ids, params)] = (prompt, ids)
     tokens, start = 0, time.perf_counter()
-    with path.open("a", encoding="utf-8") as f:
-        for n, batch in enumerate(length_sorted_batches([len(rendered[i]) for i in fits], batch_size)):
-            chosen = [fits[i] for i in batch]
-            responses = generate_batch(model.hf_model, [rendered[i] for i in chosen], settings.max_new_tokens, eos,
-                                       pad, settings.temperature, settings.seed + n)
-            for i, response in zip(chosen, responses):
-                p = todo[i]
-                record = {"id": p.id, "kind": p.kind, "prompt_ids": rendered[i], "response_ids": response}
-                f.write(json.dumps(record) + "\n")
-                tokens += len(response)
-            f.flush()
-            bar.update(len(chosen))
-            bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.0f}", tokens=tokens)
-    bar.close()
+    try:
+        with path.open("a", encoding="utf-8") as f:
+            while scheduler.has_unfinished:
+                for rid, out in scheduler.step().items():
+                    if out.finish is None:
+                        continue
+                    prompt, ids = queued.pop(rid)
+                    response = list(out.checker.output)
+                    record = {"id": prompt.id, "kind": prompt.kind, "prompt_ids": ids, "response_ids": response}
+                    f.write(json.dumps(record) + "\n")
+                    f.flush()
+                    tokens += len(response)
+                    bar.update(1)
+                    bar.set_postfix(tok_s=f"{tokens / (time.perf_counter() - start):.0f}", tokens=tokens)
+    finally:
+        scheduler.abort_all()
+        bar.close()
     return path

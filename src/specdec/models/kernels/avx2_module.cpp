@@ -1,12 +1,19 @@
 // Python bindings of the AVX2 + FMA kernels (built by models/fast_linear.py on CPUs without AVX512-BF16).
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
+#include <pybind11/stl.h>
 
 at::Tensor rows_linear(at::Tensor x, at::Tensor w);
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
+at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
+                           std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
+                           std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
+                           std::vector<int64_t> slots, double scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
+  m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
+        "decoder.attention computes it per sequence");
 }
