@@ -26,6 +26,15 @@ def test_auto_drafts_nothing_when_rows_cost_a_full_step():
     assert policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4) == [0, 0, 0, 0]
 
 
+def test_auto_drafts_beside_a_prefill_chunk_that_pays_for_the_step():
+    """Rows that cost a full step each do not pay alone, but next to a 2000-row prompt chunk the step's cost
+    hardly moves while each accepted draft token is one more token out of it."""
+    policy = AutoDraftLength(EXPENSIVE, max_length=5)
+    alone = policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4)
+    beside = policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4, prefill_rows=2000, prefill_sequences=1)
+    assert alone == [0, 0, 0, 0] and beside == [5, 5, 5, 5]
+
+
 def test_auto_drafts_the_most_when_rows_are_nearly_free():
     policy = AutoDraftLength(CHEAP, max_length=5)
     assert policy.choose([history([0.9, 0.8, 0.7, 0.6, 0.5])] * 4, [5] * 4) == [5, 5, 5, 5]

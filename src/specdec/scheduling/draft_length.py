@@ -25,8 +25,10 @@ FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured; deep
 
 class DraftLengthPolicy(ABC):
     @abstractmethod
-    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
-        """Draft lengths for the running sequences, given each one's statistics so far and its cap."""
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
+               prefill_sequences: int = 0) -> list[int]:
+        """Draft lengths for the decoding sequences, given each one's statistics so far and its cap, in a step
+        that also forwards `prefill_rows` prompt rows of `prefill_sequences` other sequences."""
 
     def describe(self) -> dict[str, object]:
         return {"policy": type(self).__name__}
@@ -36,7 +38,8 @@ class DraftLengthPolicy(ABC):
 class FixedDraftLength(DraftLengthPolicy):
     length: int | None = None  # None: whatever the method drafts (its num_speculative_tokens, tree depth)
 
-    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
+               prefill_sequences: int = 0) -> list[int]:
         return list(caps) if self.length is None else [min(self.length, c) for c in caps]
 
     def describe(self) -> dict[str, object]:
@@ -51,7 +54,8 @@ class DraftLengthByBatchSize(DraftLengthPolicy):
     def length_for(self, batch_size: int) -> int:
         return next((k for first, last, k in self.ranges if first <= batch_size <= last), self.default)
 
-    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
+               prefill_sequences: int = 0) -> list[int]:
         k = self.length_for(len(caps))
         return [min(k, c) for c in caps]
 
@@ -98,13 +102,17 @@ class AutoDraftLength(DraftLengthPolicy):
             out.append(prev)
         return out
 
-    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int]) -> list[int]:
+    def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
+               prefill_sequences: int = 0) -> list[int]:
         b = len(stats)
         caps = [min(c, self.max_length) for c in caps]
         rates = [self.rates(s, c) for s, c in zip(stats, caps)]
         lengths = [0] * b
-        tokens, rows, draft_ms = float(b), b, 0.0
-        best_ratio = tokens / self.curve.batch(b, rows)
+        # The step's prompt rows are paid for anyway: next to a prefill chunk, draft rows add little to its
+        # cost and multiply what the decoding sequences get out of it.
+        seqs = b + prefill_sequences
+        tokens, rows, draft_ms = float(b), b + prefill_rows, 0.0
+        best_ratio = tokens / self.curve.batch(seqs, rows)
         best = list(lengths)
         while True:
             pick, gain = -1, 0.0
@@ -117,7 +125,7 @@ class AutoDraftLength(DraftLengthPolicy):
             tokens += gain
             rows += 1
             draft_ms += self.draft_ms_per_token
-            ratio = tokens / (self.curve.batch(b, rows) + draft_ms)
+            ratio = tokens / (self.curve.batch(seqs, rows) + draft_ms)
             if ratio > best_ratio:
                 best_ratio, best = ratio, list(lengths)
         return best

@@ -145,7 +145,10 @@ class BatchScheduler:
         budget = self.config.max_num_batched_tokens
         decoding = [s for s in self.running if not s.prefilling]
         caps = [min(s.room, MAX_TOKENS_PER_FORWARD - 1) if s.proposer is not None else 0 for s in decoding]
-        lengths = self.policy.choose([s.stats for s in decoding], caps) if decoding else []
+        prefilling = [s for s in self.running if s.prefilling]
+        prefill_rows = min(sum(self._chunk(s) for s in prefilling), max(budget - len(decoding), 0))
+        lengths = self.policy.choose([s.stats for s in decoding], caps, prefill_rows,
+                                     len(prefilling)) if decoding else []
         work = []
         for seq, k in zip(decoding, lengths):
             reported = k if not isinstance(self.policy, FixedDraftLength) or self.policy.length is not None else (
@@ -156,8 +159,7 @@ class BatchScheduler:
             budget -= 1 + k
         for seq in self.running:
             if seq.prefilling and budget > 0:
-                chunk = min(len(seq.prompt) - seq.prefilled, budget,
-                            max(16, self.config.max_attention_elements // seq.capacity))
+                chunk = min(self._chunk(seq), budget)
                 work.append(Work(seq, chunk=chunk))
                 budget -= chunk
         auto = isinstance(self.policy, AutoDraftLength)
@@ -176,6 +178,11 @@ class BatchScheduler:
             if seq.finished:
                 self._retire(seq)
         return outputs
+
+    def _chunk(self, seq: SequenceState) -> int:
+        """The prompt tokens a prefilling sequence reads next, before the step's token budget: bounded so
+        that its attention scores stay within max_attention_elements."""
+        return min(len(seq.prompt) - seq.prefilled, max(16, self.config.max_attention_elements // seq.capacity))
 
     def _admit(self) -> None:
         while self.waiting and len(self.running) < self.config.max_num_seqs:
