@@ -8,8 +8,8 @@
 #   vllm   vLLM's CPU build (VLLM_PY, its own venv) on the same 32 other_kinds prompts, all batched: plain and
 #          n-gram; then benchmarks/peers/compare_with_vllm.py against `other` (every output checked against
 #          specdec's batch-1 plain)
-#   serve  `specdec serve` with n-gram "auto" and --max-prompt-tokens 16384: 64 MT-Bench requests at
-#          concurrency 1 and 32; then, while 4 streams run (scripts/serve_long_prompt.py), a 30k-token prompt
+#   serve  `specdec serve` with n-gram "auto" and --max-prompt-tokens 16384: MT-Bench requests, 16 at
+#          concurrency 1 and 64 at concurrency 32; then, while 4 streams run (scripts/serve_long_prompt.py), a 30k-token prompt
 #          (refused: 400 naming the limit) and a 4k-token one (served: the streams' gaps, peak memory)
 #   data   `specdec data generate` of 32 prompts at --batch-size 1 and 16: tok/s and identical samples
 #   every  every method (the committed drafters, chains and trees) at B=32 on 32 other_kinds prompts,
@@ -63,8 +63,10 @@ if has serve; then
   SERVER=$!
   trap 'kill $SERVER 2>/dev/null; wait $SERVER 2>/dev/null || true' EXIT
   for _ in $(seq 600); do curl -sf "$URL/health" > /dev/null && break; sleep 1; done
-  .venv/bin/specdec bench serve --base-url "$URL" --prompts "$MT" --num-prompts 64 --max-concurrency 1,32 \
-    --max-tokens 128 --output-json "$OUT/serve-load.json" --output-table "$OUT/serve-load.txt"
+  for c in 1 32; do  # 16 requests one at a time give its rate; 64 at 32 in flight
+    .venv/bin/specdec bench serve --base-url "$URL" --prompts "$MT" --num-prompts $((c == 1 ? 16 : 64)) \
+      --max-concurrency $c --max-tokens 128 --output-json "$OUT/serve-load-c$c.json" --output-table "$OUT/serve-load-c$c.txt"
+  done
   for n in 30000 4000; do
     .venv/bin/python scripts/serve_long_prompt.py --base-url "$URL" --server-pid "$SERVER" --prompt-tokens $n \
       --streams 4 --output "$OUT/serve-prompt-$n.json"

@@ -152,12 +152,13 @@ def plot_batch_bench(report: dict[str, Any], path: str | Path) -> None:
 
     modes = list(dict.fromkeys(r["mode"] for r in report["rows"]))
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4.2))
-    for mode in modes:
+    for n, mode in enumerate(modes):
         rows = [r for r in report["rows"] if r["mode"] == mode]
         sizes = [r["batch_size"] for r in rows]
-        ax1.plot(sizes, [r["output_tokens_per_second"] for r in rows], marker="o", label=mode)
+        color = f"C{n}"  # one colour per mode in both panels
+        ax1.plot(sizes, [r["output_tokens_per_second"] for r in rows], marker="o", label=mode, color=color)
         if mode != "plain":
-            ax2.plot(sizes, [r["speedup"] for r in rows], marker="o", label=mode)
+            ax2.plot(sizes, [r["speedup"] for r in rows], marker="o", label=mode, color=color)
     for ax in (ax1, ax2):
         ax.set_xscale("log", base=2)
         ax.set_xticks(report["batch_sizes"], [str(b) for b in report["batch_sizes"]])
