@@ -51,6 +51,18 @@ inline __m256 reduce8(const __m256* v) {
   return _mm256_add_ps(_mm256_permute2f128_ps(u0, u1, 0x20), _mm256_permute2f128_ps(u0, u1, 0x31));
 }
 
+// Each of the R * C accumulators through reduce8, into y (row r, column c at y[r * ldy + c]).
+template <int R, int C>
+inline void store_block(const __m256* acc, float* y, int64_t ldy) {
+  for (int g = 0; g < R * C; g += 8) {
+    __m256 v[8];
+    for (int i = 0; i < 8; ++i) v[i] = g + i < R * C ? acc[g + i] : _mm256_setzero_ps();
+    alignas(32) float out[8];
+    _mm256_store_ps(out, reduce8(v));
+    for (int i = 0; i < 8 && g + i < R * C; ++i) y[((g + i) / C) * ldy + (g + i) % C] = out[i];
+  }
+}
+
 // R rows of x (converted, row stride kp) against C consecutive rows of w (row stride k_size): R * C
 // independent accumulator chains (even pass then odd pass per chunk). With pf, also prefetches the same
 // span of weights at pf (the next tile's): prefetches change no arithmetic, so no result.
@@ -97,13 +109,7 @@ inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t
       }
     }
   }
-  for (int g = 0; g < R * C; g += 8) {
-    __m256 v[8];
-    for (int i = 0; i < 8; ++i) v[i] = g + i < R * C ? acc[g + i] : _mm256_setzero_ps();
-    alignas(32) float out[8];
-    _mm256_store_ps(out, reduce8(v));
-    for (int i = 0; i < 8 && g + i < R * C; ++i) y[((g + i) / C) * ldy + (g + i) % C] = out[i];
-  }
+  store_block<R, C>(acc, y, ldy);
 }
 
 // R rows against the columns [0, cols) of a tile, C at a time, the rest one by one; with pf, prefetching
@@ -137,13 +143,7 @@ inline void dot_block_f32(const float* w, const float* x, int64_t kp, float* y, 
       for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * C + c]);
     }
   }
-  for (int g = 0; g < R * C; g += 8) {
-    __m256 v[8];
-    for (int i = 0; i < 8; ++i) v[i] = g + i < R * C ? acc[g + i] : _mm256_setzero_ps();
-    alignas(32) float out[8];
-    _mm256_store_ps(out, reduce8(v));
-    for (int i = 0; i < 8 && g + i < R * C; ++i) y[((g + i) / C) * ldy + (g + i) % C] = out[i];
-  }
+  store_block<R, C>(acc, y, ldy);
 }
 
 template <int R, int C>
