@@ -24,7 +24,7 @@ demo: install
 	$(VENV)/bin/specdec demo
 
 test: install-dev
-	$(PY) -m pytest tests -q
+	$(PY) -m pytest tests -q -n auto --maxprocesses=4 --dist loadfile
 
 bench: install
 	$(VENV)/bin/specdec bench --prompts ../shared/data/eval/mt_bench/question.jsonl \

@@ -19,3 +19,14 @@ def chi_square_pvalue(observed: np.ndarray, expected_probs: np.ndarray) -> float
         observed = np.append(observed[~small], observed[small].sum())
         expected = np.append(expected[~small], expected[small].sum())
     return float(stats.chisquare(observed, expected * observed.sum() / expected.sum()).pvalue)
+
+
+def sample_token_ids(llm, prompt: list[int], num_samples: int, max_tokens: int, **warp) -> np.ndarray:
+    """The generated ids of `num_samples` requests seeded 0..num_samples-1, all submitted in one `generate`
+    call, so they run batched (up to the LLM's max_num_seqs per forward) and each sample is drafted and
+    verified inside a batch."""
+    from specdec import SamplingParams
+
+    params = [SamplingParams(max_tokens=max_tokens, seed=seed, ignore_eos=True, **warp) for seed in range(num_samples)]
+    outs = llm.generate([{"prompt_token_ids": prompt}] * num_samples, params)
+    return np.array([o.outputs[0].token_ids for o in outs])

@@ -8,10 +8,11 @@ import torch
 from specdec import LLM, SamplingParams
 from specdec.drafting import confidence, draft_model, eagle3, mtp
 from specdec.drafting.confidence import keeps_drafting
+from specdec.engine import step as engine_step
 
 from eagle3_helpers import make_random_eagle3
 from mtp_helpers import make_random_mtp
-from stat_helpers import chi_square_pvalue
+from stat_helpers import chi_square_pvalue, sample_token_ids
 from test_engine import NUM_SAMPLES, SAMPLING_CASES, small_prompt  # noqa: F401 (fixture)
 
 PROMPTS = ["The quick brown fox", "Once upon a time, in a land far away,"]
@@ -46,16 +47,18 @@ def _config(zoo, tmp_path, method: str) -> tuple[object, dict, object]:
     return zoo.load("llama"), {"method": "draft_model", "model": zoo.path("llama_draft")}, draft_model
 
 
-def _draft_lengths(llm: LLM) -> list[int]:
+def _draft_lengths(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Lengths of the drafts the engine verifies from now on, recorded where every method's drafts pass
+    (`_draft_all`), so batched drafting (`propose_batch`) is counted as well as `propose`."""
     lengths: list[int] = []
-    propose = llm.proposer.propose
+    draft_all = engine_step._draft_all
 
-    def recording(tokens, max_tokens):
-        draft = propose(tokens, max_tokens)
-        lengths.append(len(draft))
-        return draft
+    def recording(decoding):
+        drafts, seconds = draft_all(decoding)
+        lengths.extend(len(d) for d, w in zip(drafts, decoding) if min(w.seq.room, w.draft_limit) > 0)
+        return drafts, seconds
 
-    llm.proposer.propose = recording
+    monkeypatch.setattr(engine_step, "_draft_all", recording)
     return lengths
 
 
@@ -74,7 +77,7 @@ def test_greedy_equals_plain_at_any_threshold(zoo, tmp_path, monkeypatch, method
 
     monkeypatch.setattr(module, "keeps_drafting", recording)
     probe = LLM(loaded=target, speculative_config={**config, "num_speculative_tokens": K})
-    full = _draft_lengths(probe)
+    full = _draft_lengths(monkeypatch)
     assert [probe.generate(p, params)[0].outputs[0].token_ids for p in PROMPTS] == plain
     assert max(full) == K and seen
     median = float(np.median(seen))
@@ -82,7 +85,7 @@ def test_greedy_equals_plain_at_any_threshold(zoo, tmp_path, monkeypatch, method
     for threshold, expect in ((median, "mixed"), (0.9999, "one")):
         llm = LLM(loaded=target, speculative_config={**config, "num_speculative_tokens": K,
                                                       "confidence_threshold": threshold})
-        lengths = _draft_lengths(llm)
+        lengths = _draft_lengths(monkeypatch)
         assert [llm.generate(p, params)[0].outputs[0].token_ids for p in PROMPTS] == plain
         drafted = [n for n in lengths if n]
         if expect == "one":  # a random drafter is never that sure: one token per step
@@ -133,13 +136,9 @@ def test_eagle3_sampling_distribution_with_a_threshold(zoo, small_prompt, exact_
             probe.generate({"prompt_token_ids": small_prompt},
                            SamplingParams(max_tokens=4, seed=seed, ignore_eos=True, **SAMPLING_CASES["t1"]))
     llm = LLM(loaded=target, speculative_config={**config, "confidence_threshold": float(np.median(seen))})
-    lengths = _draft_lengths(llm)
+    lengths = _draft_lengths(monkeypatch)
     vocab = llm.model.vocab_size
-    samples = np.array([
-        llm.generate({"prompt_token_ids": small_prompt},
-                     SamplingParams(max_tokens=4, seed=seed, ignore_eos=True, **SAMPLING_CASES["t1"]))[0].outputs[0].token_ids
-        for seed in range(NUM_SAMPLES)
-    ])
+    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 4, **SAMPLING_CASES["t1"])
     joint23, p4 = exact_tokens_2_to_4
     pairs = np.bincount(samples[:, 1] * vocab + samples[:, 2], minlength=vocab * vocab)
     assert chi_square_pvalue(pairs, joint23) > 1e-4
@@ -166,7 +165,7 @@ def test_tree_growth_stops_below_the_threshold():
     assert len(calls) == 2 and max(n.depth for n in nodes) == 3
 
 
-def test_eagle3_tree_with_a_threshold_equals_plain(zoo, tmp_path):
+def test_eagle3_tree_with_a_threshold_equals_plain(zoo, tmp_path, monkeypatch):
     target = zoo.load("gemma3_text")
     path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
     params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
@@ -175,7 +174,7 @@ def test_eagle3_tree_with_a_threshold_equals_plain(zoo, tmp_path):
               "tree_num_draft_tokens": 12}
     for threshold in (0.0, 0.3, 0.9999):
         llm = LLM(loaded=target, speculative_config={**config, "confidence_threshold": threshold})
-        lengths = _draft_lengths(llm)
+        lengths = _draft_lengths(monkeypatch)
         assert [llm.generate(p, params)[0].outputs[0].token_ids for p in PROMPTS] == plain
         if threshold == 0.0:
             assert max(lengths) == 12

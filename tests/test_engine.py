@@ -14,7 +14,7 @@ import torch
 from specdec import LLM, SamplingParams
 from specdec.drafting.base import Draft, Proposer
 from specdec.verification import sampling_probs
-from stat_helpers import chi_square_pvalue
+from stat_helpers import chi_square_pvalue, sample_token_ids
 
 PROMPTS = [
     "the cat sat on the mat. the cat sat on the mat. the cat",
@@ -491,15 +491,7 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
     }
     llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=configs[method])
     vocab = llm.model.vocab_size
-    samples = np.array(
-        [
-            llm.generate(
-                {"prompt_token_ids": small_prompt},
-                SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case]),
-            )[0].outputs[0].token_ids
-            for seed in range(NUM_SAMPLES)
-        ]
-    )
+    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES[case])
     assert samples.shape == (NUM_SAMPLES, 3)
     joint12, p3 = exact_first_tokens[case]
     pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)

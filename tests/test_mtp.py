@@ -23,7 +23,7 @@ from specdec.training.trainer import TrainSettings
 from conftest import MODEL_SPECS
 from eagle3_helpers import greedy_samples
 from mtp_helpers import make_mtp_checkpoint, make_random_mtp, random_mtp
-from stat_helpers import chi_square_pvalue
+from stat_helpers import chi_square_pvalue, sample_token_ids
 from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
 
 PROMPTS = ["The quick brown fox", "Once upon a time, in a land", "def fibonacci(n):"]
@@ -246,11 +246,7 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
               speculative_config={"method": "mtp", "model": small_vocab_mtp, "num_speculative_tokens": 3,
                                   **(TREE if tree else {})})
     vocab = llm.model.vocab_size
-    samples = np.array([
-        llm.generate({"prompt_token_ids": small_prompt},
-                     SamplingParams(max_tokens=3, seed=seed, ignore_eos=True, **SAMPLING_CASES[case]))[0].outputs[0].token_ids
-        for seed in range(NUM_SAMPLES)
-    ])
+    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES[case])
     joint12, p3 = exact_first_tokens[case]
     pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
     assert chi_square_pvalue(pairs, joint12) > 1e-4

@@ -14,7 +14,7 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.tree import tree_depths
 from specdec.engine.sequence import SequenceState
 from specdec.engine.step import Work, run_step
-from stat_helpers import chi_square_pvalue
+from stat_helpers import chi_square_pvalue, sample_token_ids
 from test_engine import (  # noqa: F401  (small_prompt and exact_first_tokens are fixtures)
     MAX_TOKENS,
     NUM_SAMPLES,
@@ -234,8 +234,11 @@ def test_a_tree_larger_than_a_forward_is_an_error(zoo):
 
 def tree_llm(zoo, model: str, draft: str, top_k: int, depth: int, sample: bool) -> LLM:
     llm = LLM(loaded=zoo.load(model))
-    runtime = zoo.load(draft).new_runtime()
-    llm.proposer = DraftTreeProposer(runtime, llm.model.vocab_size, top_k, depth, sample=sample)
+
+    def new_proposer() -> DraftTreeProposer:
+        return DraftTreeProposer(zoo.load(draft).new_runtime(), llm.model.vocab_size, top_k, depth, sample=sample)
+
+    llm.proposer, llm.proposer_factory = new_proposer(), new_proposer  # the factory lets requests run batched
     return llm
 
 
@@ -254,8 +257,7 @@ def sample_first_tokens(llm: LLM, prompt: list[int], case: str) -> np.ndarray:
     """The first three tokens of NUM_SAMPLES seeded requests (max_tokens 4, so that the first tree may keep a
     path of 2)."""
     warp = SAMPLING_CASES[case]
-    params = [SamplingParams(max_tokens=4, seed=seed, ignore_eos=True, **warp) for seed in range(NUM_SAMPLES)]
-    return np.array([llm.generate({"prompt_token_ids": prompt}, p)[0].outputs[0].token_ids[:3] for p in params])
+    return sample_token_ids(llm, prompt, NUM_SAMPLES, 4, **warp)[:, :3]
 
 
 def first_tokens_pvalues(samples: np.ndarray, exact: tuple[np.ndarray, np.ndarray], vocab: int) -> list[float]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,7 +21,12 @@ from specdec.scheduling.draft_length import (
     DraftLengthPolicy,
     FixedDraftLength,
 )
-from specdec.scheduling.scheduler import DEFAULT_KV_CACHE_BYTES, BatchScheduler, SchedulerConfig
+from specdec.scheduling.scheduler import (
+    DEFAULT_KV_CACHE_BYTES,
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    BatchScheduler,
+    SchedulerConfig,
+)
 from specdec.speculative_config import SpeculativeConfig
 
 Prompt = str | dict[str, Any]  # text, or {"prompt_token_ids": [...]} like vLLM's TokensPrompt
@@ -69,7 +74,7 @@ class LLM:
         max_model_len: int | None = None,
         loaded: LoadedModel | None = None,
         max_num_seqs: int = 32,
-        max_num_batched_tokens: int = 2048,
+        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
     ) -> None:
         if isinstance(speculative_config, dict):
@@ -79,6 +84,9 @@ class LLM:
         self.tokenizer = self.model.tokenizer
         self.runtime = self.model.new_runtime()
         self.proposer: Proposer | None = None
+        # builds more proposers like a `proposer` set by hand (with no speculative_config), so that it can
+        # run batched; without it such a proposer runs one sequence at a time
+        self.proposer_factory: Callable[[], Proposer] | None = None
         if speculative_config is not None:
             cls = get_method(speculative_config.method)
             self.proposer = cls(speculative_config.options, self.model)
@@ -124,6 +132,8 @@ class LLM:
         return curve
 
     def new_proposer(self) -> Proposer:
+        if self.speculative_config is None and self.proposer_factory is not None:
+            return self.proposer_factory()
         if self.speculative_config is None:
             raise ValueError("plain decoding has no proposer")
         return get_method(self.speculative_config.method)(self.speculative_config.options, self.model)
@@ -141,11 +151,11 @@ class LLM:
         """A continuous-batching scheduler over this model and method (what `generate` and the server use).
 
         Each running sequence gets its own proposer: this LLM's `proposer` first, then new ones built from
-        the speculative config. A proposer set by hand without a config cannot be copied, so its scheduler
-        runs one sequence at a time."""
+        the speculative config or `proposer_factory`. A proposer set by hand with neither cannot be copied,
+        so its scheduler runs one sequence at a time."""
         config = self.scheduler_config
         spec, own = self.speculative_config, self.proposer
-        if own is not None and spec is None:
+        if own is not None and spec is None and self.proposer_factory is None:
             max_num_seqs = 1
         if max_num_seqs is not None:
             config = dataclasses.replace(config, max_num_seqs=max_num_seqs)

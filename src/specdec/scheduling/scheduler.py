@@ -30,12 +30,17 @@ from specdec.sampling_params import SamplingParams
 from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthPolicy, FixedDraftLength
 
 DEFAULT_KV_CACHE_BYTES = 4 << 30
+# Rows per step. On a CPU a step's time grows with its rows (compute-bound from a few dozen rows on), so this
+# also bounds how long running streams wait while a long prompt is read: 512 rows of the default model are
+# about 2-3 s here, 2048 rows were up to 70 s beside a 6.7k-token prompt. Fewer rows per chunk cost little:
+# a chunk's weight reads are small beside its arithmetic.
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 512
 
 
 @dataclass
 class SchedulerConfig:
     max_num_seqs: int = 32  # sequences running at once
-    max_num_batched_tokens: int = 2048  # rows per step: verification rows first, then prefill chunks
+    max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS  # rows per step: verification rows first, then prefill chunks
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES  # the running sequences' KV caches together
     max_attention_elements: int = 1 << 24  # a prefill chunk's rows x cache slots (its score matrix)
 

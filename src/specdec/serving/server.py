@@ -38,8 +38,9 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="largest max_tokens a request may ask for; also the chat default (default 2048)")
     p.add_argument("--max-num-seqs", type=int, default=32,
                    help="requests generating at once, in one batched forward; each holds a KV cache (default 32)")
-    p.add_argument("--max-num-batched-tokens", type=int, default=2048,
-                   help="rows per engine step: verification rows first, then prefill chunks (default 2048)")
+    p.add_argument("--max-num-batched-tokens", type=int, default=None,
+                   help="rows per engine step: verification rows first, then prefill chunks; it bounds how long "
+                   "running streams wait while a long prompt is read (default: the engine's, 512)")
     p.add_argument("--kv-cache-memory-gib", type=float, default=4.0,
                    help="KV caches of the running requests together; admission waits beyond it (default 4)")
     p.add_argument("--max-waiting", type=int, default=64, help="requests queued beyond those (default 64); then 429")
@@ -81,10 +82,10 @@ def build_state(args: argparse.Namespace):
 
     _check_args(args)
     config = parse_speculative_config(args.speculative_config)
+    batched_tokens = {} if args.max_num_batched_tokens is None else {"max_num_batched_tokens": args.max_num_batched_tokens}
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
-              max_num_batched_tokens=args.max_num_batched_tokens,
-              kv_cache_memory_bytes=int(args.kv_cache_memory_gib * 2**30))
+              kv_cache_memory_bytes=int(args.kv_cache_memory_gib * 2**30), **batched_tokens)
     if llm.max_model_len is None:
         raise ValueError("the model does not say its context length: pass --max-model-len")
     max_model_len = int(llm.max_model_len)
