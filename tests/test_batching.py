@@ -241,3 +241,30 @@ def test_draft_model_drafts_every_sequence_in_one_forward_per_step(zoo, temperat
             assert torch.equal(b.probs, a.probs[:n])
         else:
             assert b.probs is None and a.probs is None
+
+
+@pytest.mark.parametrize("method", ["eagle3", "mtp", "medusa", "dflash"])
+def test_running_sequences_share_one_copy_of_the_drafter(zoo, tmp_path, method):
+    """Each running sequence has its own proposer, but not its own copy of the weights; a drafter rewritten in
+    its folder is loaded anew, and the batch still decodes exactly as plain decoding."""
+    from eagle3_helpers import make_random_eagle3
+    from medusa_helpers import make_random_medusa
+    from mtp_helpers import make_random_mtp
+    from test_dflash import make_random_dflash
+
+    target = zoo.load("gemma3_text")
+    make = {"eagle3": make_random_eagle3, "mtp": make_random_mtp, "medusa": make_random_medusa,
+            "dflash": make_random_dflash}[method]
+    path = make(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": method, "model": path}, max_num_seqs=3)
+    weights = "heads" if method == "medusa" else "drafter"
+    first, second = getattr(llm.proposer, weights), getattr(llm.new_proposer(), weights)
+    assert first is second and llm.new_proposer() is not llm.proposer
+    params = SamplingParams(temperature=0.0, max_tokens=12, ignore_eos=True)
+    prompts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8]]
+    plain = [o.outputs[0].token_ids for o in LLM(loaded=target).generate([{"prompt_token_ids": p} for p in prompts],
+                                                                           params)]
+    assert [o.outputs[0].token_ids for o in llm.generate([{"prompt_token_ids": p} for p in prompts], params)] == plain
+    assert llm.stats.num_draft_tokens > 0
+    make(target, tmp_path / "d", draft_vocab_size=200, seed=1)
+    assert getattr(llm.new_proposer(), weights) is not first

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -19,6 +20,19 @@ if TYPE_CHECKING:
 CONFIG_FILE = "config.json"
 WEIGHTS_FILE = "model.safetensors"
 SPECULATORS_VERSION = "0.3.0"  # the speculators config layout we follow
+
+T = TypeVar("T")
+
+
+def shared_drafter(target: LoadedModel, method: str, directory: Path | None, build: Callable[[], T]) -> T:
+    """`build()` once per target, method and drafter folder: every running sequence has its own proposer
+    (its caches and vocabulary), but they all share one copy of the drafter's weights. The folder's files
+    (names, sizes, modification times) are part of the key, so a drafter rewritten in place is loaded anew."""
+    stamp: tuple[Any, ...] = ()
+    if directory is not None:
+        stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
+                             for p in Path(directory).iterdir() if p.is_file()))
+    return target.shared(("drafter", method, str(directory), stamp), build)
 
 
 def target_fingerprint(target: LoadedModel) -> str:

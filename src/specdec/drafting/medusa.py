@@ -14,18 +14,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import torch
 
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.medusa_model import (
     TOP_K,
+    MedusaHeads,
     choice_problems,
     prior_accuracy,
     sort_paths,
@@ -83,11 +85,17 @@ class MedusaProposer(Proposer):
         super().__init__(options, target)
         if target.decoder is None:
             raise ValueError("medusa needs the target's final hidden states, which only the native runtime provides")
-        heads, config = load_medusa(resolve_drafter_path(options.model), target)
-        self.heads = heads.to(device=target.device, dtype=target.dtype).eval()
-        c = heads.config
-        if not c.own_lm_heads:  # own projections score the static vocabulary themselves (own_static_logits)
-            self.heads.attach_target(target.decoder.head_weight())
+        path = resolve_drafter_path(options.model)
+
+        def build() -> tuple[MedusaHeads, dict[str, Any]]:
+            heads, config = load_medusa(path, target)
+            heads = heads.to(device=target.device, dtype=target.dtype).eval()
+            if not heads.config.own_lm_heads:  # own projections score the static vocabulary (own_static_logits)
+                heads.attach_target(target.decoder.head_weight())
+            return heads, config
+
+        self.heads, config = shared_drafter(target, "medusa", path, build)
+        c = self.heads.config
         self.vocab = ContextVocab(self.heads.draft_ids(), self.heads.head_rows_of(0), target.decoder.head_weight(),
                                   softcap=c.logit_softcap, enabled=options.context_vocab)
         depth = min(options.num_speculative_tokens, c.num_heads)

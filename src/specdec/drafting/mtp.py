@@ -20,6 +20,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import min_score
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
@@ -159,13 +160,15 @@ class MTPProposer(Proposer):
         super().__init__(options, target)
         if target.decoder is None:
             raise ValueError("mtp needs the target's hidden states, which only the native runtime provides")
-        if options.model is None:
-            drafter = load_checkpoint_mtp(target)
-        else:
-            drafter, _ = load_mtp(resolve_drafter_path(options.model), target)
-        self.drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
-        self.drafter.attach_target(target.decoder)
-        self.drafter.prepare()
+        path = None if options.model is None else resolve_drafter_path(options.model)
+
+        def build() -> MTPDrafter:
+            drafter = load_checkpoint_mtp(target) if path is None else load_mtp(path, target)[0]
+            drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
+            drafter.attach_target(target.decoder)
+            return drafter.prepare()
+
+        self.drafter = shared_drafter(target, "mtp", path, build)
         assert self.drafter._target is not None
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._target[1], target.decoder.head_weight(),
                                   softcap=target.decoder.arch.final_logit_softcap, enabled=options.context_vocab)
