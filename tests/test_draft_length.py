@@ -94,3 +94,26 @@ def test_auto_config_round_trips():
     c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 7})
     assert c.auto and c.num_speculative_tokens == 7
     assert SpeculativeConfig.from_dict(c.to_dict()) == c
+
+
+def test_auto_drafts_longer_for_a_lone_greedy_sequence_that_verifies_with_early_exit():
+    """Alone and greedy, verification scores the LM head only for the rows still alive (about the accepted
+    tokens + 1), so a rejected draft row costs only its share of the body: worth drafting further."""
+    curve = CostCurve([1, 8], [10.0, 40.0], head_ms=[6.0, 30.0])  # the head is most of each row's cost
+    assert curve.early_exit(6, 3.0) == pytest.approx(curve.single(6) - curve.head(6) + curve.head(3))
+    policy = AutoDraftLength(curve, max_length=5)
+    h = history([0.9, 0.8, 0.7, 0.6, 0.5])
+    [without] = policy.choose([h], [5])
+    [with_early_exit] = policy.choose([h], [5], early_exit=True)
+    assert 1 <= without < with_early_exit == 5
+    assert AutoDraftLength(CostCurve([1, 8], [10.0, 40.0]), max_length=5).choose([h], [5], early_exit=True) == [
+        without]  # no head share measured: costed as before
+
+
+def test_measured_cost_curve_splits_off_the_head(zoo):
+    from specdec.scheduling.cost_curve import measure_cost_curve
+
+    curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), repeats=1,
+                               context=8, sequences=2)
+    assert curve.head_ms is not None and len(curve.head_ms) == 3
+    assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values

@@ -57,6 +57,11 @@ def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.G
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 
+def scores_head_early(seq: SequenceState) -> bool:
+    """Whether the sequence, verified alone, uses greedy early exit (the head scored only for rows alive)."""
+    return seq.params.greedy and seq.runtime.scores_head_slices
+
+
 def _draft_all(decoding: Sequence[Work]) -> tuple[list[Draft], dict[str, float]]:
     """Every decoding sequence's draft, one `propose_batch` per drafting method (one drafter forward for all
     of its sequences where the method has a network); returns the drafts and each sequence's share of the
@@ -145,7 +150,7 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
             call = ForwardCall(seq.prompt[seq.prefilled : end], None, seq.capture, "last" if last else None)
             plans.append(_Planned(work, call))
         else:
-            early = lone and seq.params.greedy and seq.runtime.scores_head_slices
+            early = lone and scores_head_early(seq)
             plans.append(_plan_decode(work, draft_of[id(work)], early))
     t1 = time.perf_counter()
     results = forward_batch([p.work.seq.runtime for p in plans], [p.call for p in plans])

@@ -1,9 +1,12 @@
 """The target's forward cost against the rows it runs: what a draft row costs at a given batch size.
 
 Measured once at start-up on the actual model and machine (a few dozen forwards): `single[n]` is one
-sequence forwarding n rows, and `per_sequence` the extra cost of each further sequence in the same forward
-(its attention and bookkeeping), so a batch of B sequences with n rows in all costs about
-single(n) + (B - 1) * per_sequence.
+sequence forwarding n rows with logits for every row, `head[n]` the part of it spent in the LM head (a large
+share on a CPU: Gemma's head is 262k x 640), and `per_sequence` the extra cost of each further sequence in
+the same forward (its attention and bookkeeping), so a batch of B sequences with n rows in all costs about
+single(n) + (B - 1) * per_sequence. A lone greedy sequence verifies with early exit
+(verification/greedy_early_exit.py), which scores the head only for the rows still alive: about its
+accepted tokens + 1, whatever it drafted.
 """
 
 from __future__ import annotations
@@ -13,6 +16,7 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD
 from specdec.models.runtime import ForwardCall, ModelRuntime, forward_batch
 
 ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -21,25 +25,39 @@ ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 @dataclass
 class CostCurve:
     rows: list[int]  # ascending
-    ms: list[float]  # one sequence forwarding rows[i] rows
+    ms: list[float]  # one sequence forwarding rows[i] rows, logits for every row
     per_sequence_ms: float = 0.0
+    head_ms: list[float] | None = None  # the LM head's share of ms[i]; None: unknown (no early-exit saving)
 
     def single(self, n: int) -> float:
         """ms for one sequence forwarding n rows: piecewise linear, extrapolated past the last point."""
-        r, m = self.rows, self.ms
-        if n <= r[0]:
-            return m[0]
-        i = min(bisect_left(r, n), len(r) - 1)
-        lo, hi = i - 1, i
-        slope = (m[hi] - m[lo]) / (r[hi] - r[lo])
-        return m[lo] + slope * (n - r[lo])
+        return _interpolate(self.rows, self.ms, n)
+
+    def head(self, n: float) -> float:
+        return _interpolate(self.rows, self.head_ms, n) if self.head_ms is not None else 0.0
 
     def batch(self, sequences: int, rows: int) -> float:
         return self.single(rows) + max(sequences - 1, 0) * self.per_sequence_ms
 
+    def early_exit(self, rows: int, scored_rows: float) -> float:
+        """ms for a lone sequence forwarding `rows` rows whose head is scored for about `scored_rows` only."""
+        return self.single(rows) - self.head(rows) + self.head(min(scored_rows, rows))
+
     def to_dict(self) -> dict[str, object]:
-        return {"rows": self.rows, "ms": [round(x, 3) for x in self.ms],
-                "per_sequence_ms": round(self.per_sequence_ms, 3)}
+        out: dict[str, object] = {"rows": self.rows, "ms": [round(x, 3) for x in self.ms],
+                                  "per_sequence_ms": round(self.per_sequence_ms, 3)}
+        if self.head_ms is not None:
+            out["head_ms"] = [round(x, 3) for x in self.head_ms]
+        return out
+
+
+def _interpolate(rows: Sequence[int], ms: Sequence[float], n: float) -> float:
+    """Piecewise linear in n, extrapolated past the last point."""
+    if n <= rows[0] or len(rows) == 1:
+        return ms[0]
+    i = min(bisect_left(rows, n), len(rows) - 1)
+    lo, hi = i - 1, i
+    return ms[lo] + (ms[hi] - ms[lo]) / (rows[hi] - rows[lo]) * (n - rows[lo])
 
 
 def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 512,
@@ -61,8 +79,8 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
             times.append((time.perf_counter() - t) * 1000)
         return min(times[1:])
 
-    def single(n: int) -> None:
-        runtimes[0].forward([5] * n, logit_rows="all")
+    def single(n: int, logit_rows: str | None = "all") -> None:
+        runtimes[0].forward([5] * n, logit_rows=logit_rows)
         runtimes[0].truncate(context)
 
     def batched() -> None:
@@ -71,7 +89,12 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
             rt.truncate(context)
 
     ms = [best(lambda n=n: single(n)) for n in counts]
-    curve = CostCurve(list(counts), ms)
+    # without logits: what early exit saves; only a lone sequence (at most one forward's rows) uses it
+    body = [best(lambda n=n: single(n, None)) for n in counts if n <= MAX_TOKENS_PER_FORWARD]
+    head = [max(m - b, 0.0) for m, b in zip(ms, body)]
+    head = [max(head[: i + 1]) for i in range(len(head))]  # never falls with more rows (timing noise)
+    head += [ms[i] * head[-1] / ms[len(head) - 1] for i in range(len(head), len(ms))]  # the same share
+    curve = CostCurve(list(counts), ms, head_ms=head)
     extra = best(batched) - curve.single(sequences)
     curve.per_sequence_ms = max(extra / (sequences - 1), 0.0) if sequences > 1 else 0.0
     return curve

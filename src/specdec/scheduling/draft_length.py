@@ -26,9 +26,10 @@ FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured; deep
 class DraftLengthPolicy(ABC):
     @abstractmethod
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
         """Draft lengths for the decoding sequences, given each one's statistics so far and its cap, in a step
-        that also forwards `prefill_rows` prompt rows of `prefill_sequences` other sequences."""
+        that also forwards `prefill_rows` prompt rows of `prefill_sequences` other sequences; `early_exit`:
+        one greedy sequence alone, whose verification scores the head only for rows still alive."""
 
     def describe(self) -> dict[str, object]:
         return {"policy": type(self).__name__}
@@ -39,7 +40,7 @@ class FixedDraftLength(DraftLengthPolicy):
     length: int | None = None  # None: whatever the method drafts (its num_speculative_tokens, tree depth)
 
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
         return list(caps) if self.length is None else [min(self.length, c) for c in caps]
 
     def describe(self) -> dict[str, object]:
@@ -55,7 +56,7 @@ class DraftLengthByBatchSize(DraftLengthPolicy):
         return next((k for first, last, k in self.ranges if first <= batch_size <= last), self.default)
 
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
         k = self.length_for(len(caps))
         return [min(k, c) for c in caps]
 
@@ -103,7 +104,7 @@ class AutoDraftLength(DraftLengthPolicy):
         return out
 
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
         b = len(stats)
         caps = [min(c, self.max_length) for c in caps]
         rates = [self.rates(s, c) for s, c in zip(stats, caps)]
@@ -112,7 +113,11 @@ class AutoDraftLength(DraftLengthPolicy):
         # cost and multiply what the decoding sequences get out of it.
         seqs = b + prefill_sequences
         tokens, rows, draft_ms = float(b), b + prefill_rows, 0.0
-        best_ratio = tokens / self.curve.batch(seqs, rows)
+
+        def cost() -> float:  # with early exit, the head is scored for about the tokens kept
+            return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
+
+        best_ratio = tokens / cost()
         best = list(lengths)
         while True:
             pick, gain = -1, 0.0
@@ -125,7 +130,7 @@ class AutoDraftLength(DraftLengthPolicy):
             tokens += gain
             rows += 1
             draft_ms += self.draft_ms_per_token
-            ratio = tokens / (self.curve.batch(seqs, rows) + draft_ms)
+            ratio = tokens / (cost() + draft_ms)
             if ratio > best_ratio:
                 best_ratio, best = ratio, list(lengths)
         return best

@@ -24,7 +24,7 @@ from typing import Any
 
 from specdec.drafting.base import Proposer
 from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD, SequenceState, cache_capacity, check_request
-from specdec.engine.step import StepOutput, Work, run_step
+from specdec.engine.step import StepOutput, Work, run_step, scores_head_early
 from specdec.models.runtime import ModelRuntime
 from specdec.sampling_params import SamplingParams
 from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthPolicy, FixedDraftLength
@@ -152,8 +152,9 @@ class BatchScheduler:
         caps = [min(s.room, MAX_TOKENS_PER_FORWARD - 1) if s.proposer is not None else 0 for s in decoding]
         prefilling = [s for s in self.running if s.prefilling]
         prefill_rows = min(sum(self._chunk(s) for s in prefilling), max(budget - len(decoding), 0))
-        lengths = self.policy.choose([s.stats for s in decoding], caps, prefill_rows,
-                                     len(prefilling)) if decoding else []
+        lone = len(decoding) == 1 and not prefill_rows  # run_step verifies a lone greedy sequence early-exit
+        lengths = self.policy.choose([s.stats for s in decoding], caps, prefill_rows, len(prefilling),
+                                     early_exit=lone and scores_head_early(decoding[0])) if decoding else []
         work = []
         for seq, k in zip(decoding, lengths):
             reported = k if not isinstance(self.policy, FixedDraftLength) or self.policy.length is not None else (
