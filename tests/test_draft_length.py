@@ -117,3 +117,16 @@ def test_measured_cost_curve_splits_off_the_head(zoo):
                                context=8, sequences=2)
     assert curve.head_ms is not None and len(curve.head_ms) == 3
     assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values
+
+
+def test_auto_tries_positions_it_never_drafted_when_the_earlier_ones_are_kept():
+    """A policy that only ever drafted 2 tokens has no counts for a third: its prior continues the measured
+    positions (here about 0.8), not a fixed decay that would keep it at 2 for good."""
+    curve = CostCurve([1, 8], [10.0, 17.0])  # a row: 10% of a step
+    policy = AutoDraftLength(curve, max_length=5)
+    policy.observe([90, 85], [100, 100], 0.0, 0)
+    assert policy.batch_rates(3)[2] > 0.75
+    assert policy.choose([history([0.9, 0.85])], [5]) == [5]
+    poor = AutoDraftLength(curve, max_length=5)  # mostly rejected: the continuation is poor too
+    poor.observe([20, 2], [100, 100], 0.0, 0)
+    assert poor.choose([history([0.2, 0.02])], [5])[0] <= 1  # one row (10% of a step) for 0.2 of a token

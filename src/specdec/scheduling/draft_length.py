@@ -20,7 +20,7 @@ from specdec.engine.stats import SpecDecodingStats
 from specdec.scheduling.cost_curve import CostCurve
 
 PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this many drafts of its own
-FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured; deeper positions decay by it
+FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 
 
 class DraftLengthPolicy(ABC):
@@ -86,19 +86,31 @@ class AutoDraftLength(DraftLengthPolicy):
             ms = draft_seconds * 1000 / draft_tokens
             self.draft_ms_per_token = ms if self.draft_ms_per_token == 0 else 0.9 * self.draft_ms_per_token + 0.1 * ms
 
-    def batch_rate(self, i: int) -> float:
-        guess = FIRST_GUESS ** (i + 1)
-        if i < len(self._drafted) and self._drafted[i] > 0:
-            return (self._accepted[i] + PRIOR_WEIGHT * guess) / (self._drafted[i] + PRIOR_WEIGHT)
-        return guess
+    def batch_rates(self, n: int) -> list[float]:
+        """The batch's r_i for i < n. A position's prior continues the positions before it at their last
+        measured continuation rate (r_i-1 / r_i-2), so positions never drafted yet are neither written off
+        nor assumed: a policy that only ever drafted 2 tokens still sees what a third would likely bring,
+        tries it when that pays, and then measures it."""
+        out: list[float] = []
+        for i in range(n):
+            if i == 0:
+                guess = FIRST_GUESS
+            else:
+                before = out[i - 2] if i >= 2 else 1.0
+                guess = out[i - 1] * min(out[i - 1] / before, 1.0) if before > 0 else 0.0
+            drafted = self._drafted[i] if i < len(self._drafted) else 0.0
+            accepted = self._accepted[i] if i < len(self._accepted) else 0.0
+            out.append((accepted + PRIOR_WEIGHT * guess) / (drafted + PRIOR_WEIGHT))
+        return out
 
-    def rates(self, s: SpecDecodingStats, cap: int) -> list[float]:
+    def rates(self, s: SpecDecodingStats, cap: int, batch: Sequence[float] | None = None) -> list[float]:
         """r_i for i < cap: the sequence's own acceptance at position i, shrunk towards the batch's."""
+        batch = self.batch_rates(cap) if batch is None else batch
         out, prev = [], 1.0
         for i in range(cap):
             drafted = s.drafted_per_position[i] if i < len(s.drafted_per_position) else 0
             accepted = s.accepted_per_position[i] if i < len(s.accepted_per_position) else 0
-            r = (accepted + PRIOR_WEIGHT * self.batch_rate(i)) / (drafted + PRIOR_WEIGHT)
+            r = (accepted + PRIOR_WEIGHT * batch[i]) / (drafted + PRIOR_WEIGHT)
             prev = min(prev, r)  # reaching position i needs every earlier one: rates never rise
             out.append(prev)
         return out
@@ -107,7 +119,8 @@ class AutoDraftLength(DraftLengthPolicy):
                prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
         b = len(stats)
         caps = [min(c, self.max_length) for c in caps]
-        rates = [self.rates(s, c) for s, c in zip(stats, caps)]
+        batch = self.batch_rates(max(caps, default=0))
+        rates = [self.rates(s, c, batch) for s, c in zip(stats, caps)]
         lengths = [0] * b
         # The step's prompt rows are paid for anyway: next to a prefill chunk, draft rows add little to its
         # cost and multiply what the decoding sequences get out of it.
