@@ -31,9 +31,9 @@ from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthPolicy, 
 
 DEFAULT_KV_CACHE_BYTES = 4 << 30
 # Rows per step. On a CPU a step's time grows with its rows (compute-bound from a few dozen rows on), so this
-# also bounds how long running streams wait while a long prompt is read: 512 rows of the default model are
-# about 2-3 s here, 2048 rows were up to 70 s beside a 6.7k-token prompt. Fewer rows per chunk cost little:
-# a chunk's weight reads are small beside its arithmetic.
+# also bounds how long running streams wait while a long prompt is read: with 2048 rows they waited up to 70 s
+# beside a 6.7k-token prompt on a 2-core CPU, and 512 rows are a quarter of that arithmetic. Fewer rows per
+# chunk cost little: a chunk's weight reads are small beside its arithmetic.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 512
 
 
