@@ -23,7 +23,7 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dflash_format import load_dflash
-from specdec.drafting.dflash_model import ContextCache, DFlashDrafter
+from specdec.drafting.dflash_model import ContextCache
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import grow_tree
 from specdec.drafting.eagle3 import resolve_drafter_path
@@ -72,13 +72,8 @@ class DFlashProposer(Proposer):
             raise ValueError("dflash needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
         path = resolve_drafter_path(options.model)
-
-        def build() -> DFlashDrafter:
-            drafter = load_dflash(path, target)[0].to(device=target.device, dtype=target.dtype).eval()
-            drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
-            return drafter
-
-        drafter = self.drafter = shared_drafter(target, "dflash", path, build)
+        drafter = self.drafter = shared_drafter(target, "dflash", path,
+                                                lambda: load_dflash(path, target)[0].ready_for(target))
         self.target_layers = drafter.config.runtime_layers
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),
                                   enabled=options.context_vocab)

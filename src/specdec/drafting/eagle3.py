@@ -21,7 +21,7 @@ from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter
+from specdec.drafting.eagle3_model import DraftKVCache
 from specdec.drafting.registry import register
 from specdec.verification.probabilities import sample, sampling_probs
 
@@ -78,13 +78,8 @@ class Eagle3Proposer(Proposer):
             raise ValueError("eagle3 needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
         path = resolve_drafter_path(options.model)
-
-        def build() -> Eagle3Drafter:
-            drafter = load_eagle3(path, target)[0].to(device=target.device, dtype=target.dtype).eval()
-            drafter.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
-            return drafter
-
-        drafter = self.drafter = shared_drafter(target, "eagle3", path, build)
+        drafter = self.drafter = shared_drafter(target, "eagle3", path,
+                                                lambda: load_eagle3(path, target)[0].ready_for(target))
         self.target_layers = tuple(drafter.config.aux_layer_ids)
         self.cache: DraftKVCache | None = None
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),

@@ -6,11 +6,16 @@ The drafter's LM head is the target's, restricted to those rows, so it is never 
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Self
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from specdec.models.fast_linear import linear_float
+
+if TYPE_CHECKING:
+    from specdec.models.loading import LoadedModel
 
 
 class DraftVocab(nn.Module):
@@ -66,6 +71,14 @@ class SharedTargetParts(DraftVocab):
         self._embed = embed_weight.detach()
         self._embed_scale = embed_scale
         self._head = self.head_rows(head_weight)
+
+    def ready_for(self, target: LoadedModel) -> Self:
+        """For inference beside `target`: on its device and dtype, in eval mode, its embedding and head attached."""
+        decoder = target.decoder
+        assert decoder is not None
+        self.to(device=target.device, dtype=target.dtype).eval()  # type: ignore[attr-defined]
+        self.attach_target(decoder.embed.weight, decoder.head_weight(), decoder.arch.embed_scale or 1.0)
+        return self
 
     def embed(self, tokens: torch.Tensor) -> torch.Tensor:
         if self._embed is None:
