@@ -35,7 +35,7 @@ def main() -> None:
     for b in (int(x) for x in args.batch_sizes.split(",")):
         runtimes = [model.new_runtime() for _ in range(b)]
         for i, rt in enumerate(runtimes):
-            rt.reset(512)
+            rt.reset(max(512, args.context + 64))
             rt.prefill([1 + (i * 7 + j) % 500 for j in range(args.context)])
         row = {}
         for k in (int(x) for x in args.draft_lengths.split(",")):

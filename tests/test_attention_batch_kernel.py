@@ -1,5 +1,6 @@
-"""The batched attention call (AVX2 build): every sequence's KV write and output exactly as
-decoder.attention gives them one sequence at a time, for any mix of chains, trees and prefill chunks."""
+"""The batched attention call (AVX2 build): every sequence's KV write, and every row's output exactly as
+decoder.attention gives it for that row alone over the row's attention span (attention_mask.attention_span),
+for any mix of chains, trees and prefill chunks, with and without a sliding window."""
 
 from __future__ import annotations
 
@@ -7,53 +8,94 @@ import pytest
 import torch
 
 from specdec.models import fast_linear
+from specdec.models.attention_mask import (attention_span, build_mask, chain_parents, reorder_mask, tree_ancestry,
+                                           tree_slot_order)
 from specdec.models.decoder import _NO_ORDER, attention
 
 pytestmark = pytest.mark.skipif(not hasattr(fast_linear.kernel(), "attention_batch"),
                                 reason="no attention_batch here (only the AVX2 build has one)")
 
 HEADS, KV_HEADS, DIM = 4, 2, 32
+GROUPS = HEADS // KV_HEADS
 
 
-def _sequence(g: torch.Generator, rows: int, capacity: int, length: int, tree: bool):
+def _random_parents(g: torch.Generator, rows: int) -> list[int]:
+    return [-1] + [int(torch.randint(-1, i, (), generator=g)) for i in range(1, rows)]
+
+
+def _sequence(g: torch.Generator, rows: int, capacity: int, length: int, tree: bool, window: int | None):
+    """A cache with `length` committed slots and `rows` new tokens (a chain, or a random tree read in chain
+    slot order as runtime.decoder_input builds it): buffers, additive mask, order, positions."""
     keys_t = torch.randn(KV_HEADS, DIM, capacity, generator=g).bfloat16()
     values = torch.randn(KV_HEADS, capacity, DIM, generator=g).bfloat16()
-    visible = torch.rand(rows, capacity, generator=g) < 0.7
-    visible[:, 0] = True
-    visible[:, length + rows :] = False
-    mask = torch.zeros(rows, capacity).masked_fill(~visible, float("-inf")).repeat(HEADS // KV_HEADS, 1)
-    order = torch.stack([torch.randperm(capacity, generator=g) for _ in range(rows)]) if tree else None
-    if order is not None:
-        mask = mask.gather(-1, order.repeat(HEADS // KV_HEADS, 1))
-    return keys_t, values, mask, order
+    parents = _random_parents(g, rows) if tree else chain_parents(rows)
+    ancestry, depth = tree_ancestry(parents, torch.device("cpu"))
+    positions = length + depth
+    slot_positions = torch.full((capacity,), -1, dtype=torch.long)
+    slot_positions[:length] = torch.arange(length)
+    slot_positions[length : length + rows] = positions
+    visible = build_mask(slot_positions, length, ancestry, positions, window)
+    order = None
+    if tree:
+        order = tree_slot_order(ancestry, length, capacity)
+        visible = reorder_mask(visible, order, depth, length)
+    mask = torch.zeros(rows, capacity).masked_fill(~visible, float("-inf")).repeat(GROUPS, 1)
+    return keys_t, values, mask, order, positions
 
 
-@pytest.mark.parametrize("seed", range(4))
-def test_batched_call_equals_attention_per_sequence(seed):
+def _expected_rows(q, keys_t, values, mask, order, positions, length, window, scale):
+    """decoder.attention for each row alone over its span's columns (gathered in the row's slot order)."""
+    rows, capacity = q.shape[0], keys_t.shape[2]
+    out = []
+    for i in range(rows):
+        first, end = attention_span(int(positions[i]), capacity, window)
+        cols = order[i, first:end] if order is not None else torch.arange(first, end)
+        mask_i = mask[[grp * rows + i for grp in range(GROUPS)]][:, first:end]
+        out.append(attention(q[i : i + 1], keys_t[:, :, cols], values[:, cols], mask_i, scale))
+    return torch.cat(out)
+
+
+@pytest.mark.parametrize("window", [None, 8, 100])
+@pytest.mark.parametrize("seed", range(3))
+def test_batched_call_equals_attention_per_row_over_its_span(seed, window):
     g = torch.Generator().manual_seed(seed)
-    spans = [(1, False), (6, True), (1, False), (40, False), (3, False), (5, True)]  # 40: runs alone (> 16 rows)
+    # (rows, tree): 40 rows runs alone (> 16 rows); lengths up to 560 of 640 slots put spans anywhere
+    spans = [(1, False), (6, True), (1, False), (40, False), (3, False), (9, True)]
     rows = sum(r for r, _ in spans)
     q = torch.randn(rows, HEADS, DIM, generator=g).bfloat16()
     k = torch.randn(rows, KV_HEADS, DIM, generator=g).bfloat16()
     v = torch.randn(rows, KV_HEADS, DIM, generator=g).bfloat16()
-    seqs, start = [], 0
+    seqs, start, all_positions = [], 0, []
     for n, tree in spans:
-        length = int(torch.randint(0, 20, (), generator=g))
-        seqs.append((start, start + n, length, *_sequence(g, n, 64, length, tree)))
+        length = int(torch.randint(0, 560, (), generator=g))
+        keys_t, values, mask, order, positions = _sequence(g, n, 640, length, tree, window)
+        seqs.append((start, start + n, length, keys_t, values, mask, order, positions))
+        all_positions.append(positions)
         start += n
     expected = []
-    for s, e, length, keys_t, values, mask, order in seqs:
+    for s, e, length, keys_t, values, mask, order, positions in seqs:
         kt, vv = keys_t.clone(), values.clone()
         kt[:, :, length : length + e - s] = k[s:e].permute(1, 2, 0)
         vv[:, length : length + e - s] = v[s:e].transpose(0, 1)
-        expected.append((attention(q[s:e], kt, vv, mask, 0.125, order), kt, vv))
+        expected.append((_expected_rows(q[s:e], kt, vv, mask, order, positions, length, window, 0.125), kt, vv))
     got = fast_linear.kernel().attention_batch(
         q, k, v, [x[3] for x in seqs], [x[4] for x in seqs], [x[5] for x in seqs],
         [x[6] if x[6] is not None else _NO_ORDER for x in seqs], [x[0] for x in seqs], [x[1] for x in seqs],
-        [x[2] for x in seqs], 0.125)
-    for (s, e, _, keys_t, values, _, _), (out, kt, vv) in zip(seqs, expected):
+        [x[2] for x in seqs], torch.cat(all_positions), -1 if window is None else window, 0.125)
+    for (s, e, _, keys_t, values, _, _, _), (out, kt, vv) in zip(seqs, expected):
         assert torch.equal(got[s:e], out)
         assert torch.equal(keys_t, kt) and torch.equal(values, vv)  # the KV write happened in place
+
+
+def test_spans_are_shorter_than_the_cache_and_cover_what_a_row_sees():
+    """The spans actually cut work (else this kernel would be the whole-buffer one) and never hide a visible
+    slot: a window layer's span holds the whole window, a global layer's every slot up to the row."""
+    assert attention_span(3000, 4096, 512) == (2432, 3008)
+    assert attention_span(3000, 4096, None) == (0, 3072)
+    for reach in range(0, 1500, 7):
+        for window in (None, 8, 100, 512):
+            first, end = attention_span(reach, 1500, window)
+            assert end > reach and (window is None and first == 0 or first <= max(0, reach - window + 1))
 
 
 def test_a_bad_sequence_raises_instead_of_aborting():
@@ -61,7 +103,8 @@ def test_a_bad_sequence_raises_instead_of_aborting():
     g = torch.Generator().manual_seed(0)
     q = torch.randn(2, HEADS, DIM, generator=g).bfloat16()
     k = torch.randn(2, KV_HEADS, DIM, generator=g).bfloat16()
-    keys_t, values, mask, _ = _sequence(g, 1, 16, 3, False)
+    keys_t, values, mask, _, _ = _sequence(g, 1, 16, 3, False, None)
     with pytest.raises(RuntimeError):
         fast_linear.kernel().attention_batch(q, k, k, [keys_t, keys_t], [values, values], [mask, mask[:, :5]],
-                                             [_NO_ORDER, _NO_ORDER], [0, 1], [1, 2], [3, 3], 0.125)
+                                             [_NO_ORDER, _NO_ORDER], [0, 1], [1, 2], [3, 3],
+                                             torch.tensor([3, 3]), -1, 0.125)

@@ -268,3 +268,46 @@ def test_running_sequences_share_one_copy_of_the_drafter(zoo, tmp_path, method):
     assert llm.stats.num_draft_tokens > 0
     make(target, tmp_path / "d", draft_vocab_size=200, seed=1)
     assert getattr(llm.new_proposer(), weights) is not first
+
+
+@pytest.mark.parametrize("temperature,threshold", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.2)])
+def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_path, temperature, threshold):
+    """Eagle3Proposer.propose_batch gives each sequence the chain its own propose() gives (same tokens, same
+    distributions, same generator draws), with one batched drafter step per drafted position."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec.drafting.eagle3 import Eagle3Proposer
+
+    target = zoo.load("gemma3_text")
+    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": 5,
+                                                  "confidence_threshold": threshold})
+    params = SamplingParams(temperature=temperature, max_tokens=8)
+    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
+    limits = [5, 2, 5, 0]
+
+    def start() -> list[Eagle3Proposer]:
+        ps = [llm.new_proposer() for _ in contexts]
+        for i, (p, c) in enumerate(zip(ps, contexts)):
+            runtime = target.new_runtime()
+            runtime.reset(64)
+            p.begin(c, params, torch.Generator().manual_seed(i), 64, runtime.prefill(c, capture=p.target_layers))
+        return ps
+
+    tokens = [[*c, 11] for c in contexts]  # the committed prompt and the pending first token
+    alone = [p.propose(t, m) for p, t, m in zip(start(), tokens, limits)]
+    batched = start()
+    rows: list[int] = []
+    real = type(batched[0].drafter).step_batch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(batched[0].drafter), "step_batch",
+                   lambda self, h, *a: rows.append(h.shape[0]) or real(self, h, *a))
+        together = Eagle3Proposer.propose_batch(batched, tokens, limits)
+    # every prompt ingested in one step, then one step per drafted position for every chain still going
+    # (limits 5, 2, 5, 0: the 2-token chain needs one step, the empty one none)
+    assert rows[0] == sum(map(len, contexts)) and len(rows) <= 5
+    assert threshold > 0 or rows[1:] == [3, 2, 2, 2]
+    assert [len(d.tokens) for d in alone][3] == 0
+    for a, b in zip(alone, together):
+        assert b.tokens == a.tokens
+        assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
+    assert all(p.cache.length == len(c) for p, c in zip(batched, contexts))  # drafted entries rolled back

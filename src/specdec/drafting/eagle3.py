@@ -23,6 +23,7 @@ from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache
 from specdec.drafting.registry import register
+from specdec.models.fast_linear import linear_float
 from specdec.verification.probabilities import sample, sampling_probs
 
 if TYPE_CHECKING:
@@ -116,9 +117,8 @@ class Eagle3Proposer(Proposer):
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
         return torch.cat([result.hidden[i][index] for i in self.target_layers], dim=-1)
 
-    @torch.inference_mode()
-    def _ingest(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Runs the committed positions whose features are pending; returns the last one's output [1, H]."""
+    def _ingest_inputs(self, tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The pending committed positions' step inputs: (features, next tokens, positions, visible)."""
         assert self.cache is not None and self.pending is not None
         start, n = self.cache.length, self.pending.shape[0]
         if start + n + 1 != len(tokens):
@@ -128,9 +128,15 @@ class Eagle3Proposer(Proposer):
         positions = torch.arange(start, start + n, device=dev)
         visible = torch.ones(n, start + n, dtype=torch.bool, device=dev)
         visible[:, start:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        out = self.drafter.step(self.drafter.fuse(self.pending), nxt, positions, self.cache, visible)
-        self.pending = None
-        return out[-1:]
+        features, self.pending = self.pending, None
+        return features, nxt, positions, visible
+
+    @torch.inference_mode()
+    def _ingest(self, tokens: Sequence[int]) -> torch.Tensor:
+        """Runs the committed positions whose features are pending; returns the last one's output [1, H]."""
+        features, nxt, positions, visible = self._ingest_inputs(tokens)
+        assert self.cache is not None
+        return self.drafter.step(self.drafter.fuse(features), nxt, positions, self.cache, visible)[-1:]
 
     def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
         """Next chain token (target id) from draft-vocab logits [Vd]; q over the target vocab when sampling."""
@@ -158,6 +164,29 @@ class Eagle3Proposer(Proposer):
             return self._chain(h, logits, context, depth)
         finally:
             self.cache.truncate(context)
+
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """Chains of the sequences that share a drafter: one drafter step for all of them per drafted
+        position (and one for the positions they ingest), each step's LM-head rows in one call. Every draft
+        is the one `propose` gives: the drafter's linears are row-invariant in bfloat16 on CPU, its attention
+        runs per sequence. Trees are grown one sequence at a time."""
+        out: list[Draft | None] = [None] * len(proposers)
+        chains: dict[int, list[int]] = {}
+        for i, p in enumerate(proposers):
+            if not isinstance(p, Eagle3Proposer):
+                raise TypeError("propose_batch takes eagle3 proposers only")
+            if p.is_tree:
+                out[i] = p.propose(tokens[i], max_tokens[i])
+            else:
+                chains.setdefault(id(p.drafter), []).append(i)
+        for members in chains.values():
+            drafts = _chains([proposers[i] for i in members], [tokens[i] for i in members],  # type: ignore[misc]
+                             [max_tokens[i] for i in members])
+            for i, d in zip(members, drafts):
+                out[i] = d
+        return [d for d in out if d is not None]
 
     def _chain(self, h: torch.Tensor, logits: torch.Tensor, context: int, k: int) -> Draft:
         assert self.cache is not None
@@ -216,3 +245,50 @@ class Eagle3Proposer(Proposer):
         new = self._features(verified, kept)
         # a step without a draft (no room left) still commits rows: keep them after any not yet ingested
         self.pending = new if self.pending is None else torch.cat([self.pending, new])
+
+
+@torch.inference_mode()
+def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> list[Draft]:
+    """`Eagle3Proposer._chain` (after `_ingest`) for proposers sharing one drafter, every step batched."""
+    drafter, dev = ps[0].drafter, ps[0].target.device
+    inputs = [p._ingest_inputs(t) for p, t in zip(ps, tokens)]
+    out = drafter.step_batch(drafter.fuse(torch.cat([x[0] for x in inputs])), torch.cat([x[1] for x in inputs]),
+                             torch.cat([x[2] for x in inputs]), [p.cache for p in ps], [x[3] for x in inputs])  # type: ignore[misc]
+    ends = torch.tensor([x[0].shape[0] for x in inputs]).cumsum(0) - 1
+    h_all = out[ends.to(out.device)]  # each sequence's last ingested output
+    contexts = [p.cache.length for p in ps]  # type: ignore[union-attr]
+    depths = [min(p.options.num_speculative_tokens, m) for p, m in zip(ps, max_tokens)]
+    for p, t in zip(ps, tokens):
+        p.vocab.follow(t)
+    drafted: list[list[int]] = [[] for _ in ps]
+    probs: list[list[torch.Tensor]] = [[] for _ in ps]
+    active = [j for j, k in enumerate(depths) if k > 0]
+    h = h_all[active]
+    try:
+        for i in range(max(depths, default=0)):
+            if not active:
+                break
+            normed = drafter.norm(h)
+            static = linear_float(normed.to(ps[0].vocab.static_rows.dtype), ps[0].vocab.static_rows)
+            going, next_tokens = [], []
+            for row, j in enumerate(active):
+                p = ps[j]
+                logits = p.vocab.logits(normed[row : row + 1], static_logits=static[row : row + 1])[0]
+                token, q = p._pick(logits)
+                drafted[j].append(token)
+                if q is not None:
+                    probs[j].append(q)
+                if i < depths[j] - 1 and keeps_drafting(p.options.confidence_threshold, logits, q, token):
+                    going.append(row)
+                    next_tokens.append(token)
+            if not going:
+                break
+            active = [active[row] for row in going]
+            visibles = [torch.ones(1, ps[j].cache.length + 1, dtype=torch.bool, device=dev) for j in active]  # type: ignore[union-attr]
+            h = drafter.step_batch(h[going], torch.tensor(next_tokens, device=dev),
+                                   torch.tensor([contexts[j] + i for j in active], device=dev),
+                                   [ps[j].cache for j in active], visibles)  # type: ignore[misc]
+    finally:
+        for p, c in zip(ps, contexts):
+            p.cache.truncate(c)  # type: ignore[union-attr]
+    return [Draft(tokens=d, probs=torch.stack(q) if q else None) for d, q in zip(drafted, probs)]

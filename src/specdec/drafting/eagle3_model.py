@@ -118,19 +118,32 @@ class Eagle3Drafter(SharedTargetParts):
     ) -> torch.Tensor:
         """Inference: n new entries appended to `cache`; `visible` [n, cache_len_after] says which cache
         entries (including the new ones) each new entry attends to. Returns the layer outputs [n, H]."""
+        return self.step_batch(h, tokens, positions, [cache], [visible])
+
+    def step_batch(
+        self,
+        h: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        caches: list[DraftKVCache],
+        visibles: list[torch.Tensor],
+    ) -> torch.Tensor:
+        """`step` for several sequences at once: their rows one after another (sequence i brings
+        visibles[i].shape[0] rows and its own cache). Projections and MLP run over all rows in one call each
+        (row-invariant in bfloat16 on CPU, so every row has the bits of its sequence's `step` alone);
+        attention runs per sequence over its own cache."""
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
-        keys, values = cache.append(k, v)
-        # float32 (the cache keeps float32 copies): a few query rows over a short cache, where CPU bf16
-        # batched matmuls are slow. The query heads sharing a KV head are stacked as rows, so the shared
-        # keys are read in place rather than repeated per head (3x faster than sdpa's math path here).
-        kv_heads, (heads, n, dim) = keys.shape[0], q.shape
-        groups = heads // kv_heads
-        qf = q.to(keys.dtype).reshape(kv_heads, groups * n, dim)
-        scores = torch.matmul(qf, keys.transpose(1, 2)).mul_(1.0 / math.sqrt(dim))
-        scores.masked_fill_(~visible.repeat(groups, 1), float("-inf"))
-        attn = torch.matmul(scores.softmax(dim=-1), values).view(heads, n, dim)
+        parts, start = [], 0
+        for cache, visible in zip(caches, visibles):
+            n = visible.shape[0]
+            keys, values = cache.append(k[:, start : start + n], v[:, start : start + n])
+            parts.append(_cached_attention(q[:, start : start + n], keys, values, visible))
+            start += n
+        if start != h.shape[0]:
+            raise ValueError(f"{start} rows in the masks for {h.shape[0]} inputs")
+        attn = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         return self._layer_output(residual, attn.to(h.dtype))
 
     def train_unrolled(
@@ -156,6 +169,21 @@ class Eagle3Drafter(SharedTargetParts):
         for i, vi in enumerate(past_v[1:]):
             attn = attn + weights[..., n + i : n + i + 1] * _expand_kv(vi[:, :n], heads)
         return self._layer_output(residual, attn)
+
+
+def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
+                      visible: torch.Tensor) -> torch.Tensor:
+    """q [heads, n, d] over one sequence's cached keys/values [kv_heads, L, d] -> [heads, n, d] (float32).
+
+    float32 (the cache keeps float32 copies): a few query rows over a short cache, where CPU bf16 batched
+    matmuls are slow. The query heads sharing a KV head are stacked as rows, so the shared keys are read in
+    place rather than repeated per head (3x faster than sdpa's math path here)."""
+    kv_heads, (heads, n, dim) = keys.shape[0], q.shape
+    groups = heads // kv_heads
+    qf = q.to(keys.dtype).reshape(kv_heads, groups * n, dim)
+    scores = torch.matmul(qf, keys.transpose(1, 2)).mul_(1.0 / math.sqrt(dim))
+    scores.masked_fill_(~visible.repeat(groups, 1), float("-inf"))
+    return torch.matmul(scores.softmax(dim=-1), values).view(heads, n, dim)
 
 
 class DraftKVCache:

@@ -88,7 +88,7 @@ class MTPState:
         zero = torch.zeros((), dtype=torch.float32, device=dev)
         mask = torch.where(allowed, zero, float("-inf")).repeat(d.arch.num_heads // d.arch.num_kv_heads, 1)
         cos, sin = d.rope(positions, self.capacity)
-        return block(x, cos, sin, mask, cache)
+        return block(x, cos, sin, mask, cache, positions=positions)
 
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], depth: int, pick: Pick, threshold: float = 0.0) -> Draft:

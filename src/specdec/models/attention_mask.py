@@ -66,3 +66,19 @@ def reorder_mask(mask: torch.Tensor, order: torch.Tensor, depth: torch.Tensor, c
     out = mask.gather(1, order)
     cols = torch.arange(mask.shape[1], device=mask.device)
     return out & ((cols[None, :] < committed) | (cols[None, :] <= committed + depth[:, None]))
+
+
+# Attention spans of the AVX2 attention kernel (kernels/avx2_attention_batch.cpp, attention_span there): a
+# query row reads only the columns [first, end) of its cache; the ends are rounded up to these steps.
+SPAN_WINDOW_STEP, SPAN_GLOBAL_STEP = 64, 256
+
+
+def attention_span(reach: int, capacity: int, window: int | None) -> tuple[int, int]:
+    """The columns [first, end) a query row reads in the AVX2 attention kernel, from the last column it may
+    see (`reach`: its position), the cache's capacity and the layer's sliding window. A function of these
+    alone, so a token's attention has the same bits wherever it is computed; the kernel's C++ twin."""
+    step = SPAN_GLOBAL_STEP if window is None else SPAN_WINDOW_STEP
+    end = min(capacity, -(-(reach + 1) // step) * step)
+    if window is None:
+        return 0, end
+    return max(0, end - (-(-window // SPAN_WINDOW_STEP) * SPAN_WINDOW_STEP + SPAN_WINDOW_STEP)), end

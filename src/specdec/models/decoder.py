@@ -183,9 +183,13 @@ class DecoderLayer(nn.Module):
         mask: torch.Tensor,  # [groups * T, capacity] float32 additive
         cache: KVCache,
         order: torch.Tensor | None = None,  # [T, capacity] per-token slot order (draft trees), see attention
+        positions: torch.Tensor | None = None,  # [T]; None: a chain after the cache's committed tokens
     ) -> torch.Tensor:
         """One sequence's rows (the MTP drafter runs its block this way)."""
-        return self.forward_batch(h, cos, sin, [SequenceRows(0, h.shape[0], cache, {self.window: mask}, order)])
+        if positions is None:
+            positions = torch.arange(cache.length, cache.length + h.shape[0], device=h.device)
+        return self.forward_batch(h, cos, sin, [SequenceRows(0, h.shape[0], cache, {self.window: mask}, order)],
+                                  positions)
 
     def forward_batch(
         self,
@@ -193,6 +197,7 @@ class DecoderLayer(nn.Module):
         cos: torch.Tensor,  # [N, 1, head_dim]
         sin: torch.Tensor,
         sequences: Sequence[SequenceRows],
+        positions: torch.Tensor,  # [N] each row's position (the attention kernel's spans follow a tree's depths)
     ) -> torch.Tensor:
         """Projections and MLP over all rows at once (row-invariant linears: a row's result does not depend
         on its neighbours), attention per sequence over its own cache exactly as when it runs alone."""
@@ -210,7 +215,8 @@ class DecoderLayer(nn.Module):
             attn = kern.attention_batch(
                 q, k, v, [b[0] for b in buffers], [b[1] for b in buffers], [s.masks[self.window] for s in sequences],
                 [s.order if s.order is not None else _NO_ORDER for s in sequences],
-                [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences], a.attn_scale)
+                [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences],
+                positions, -1 if self.window is None else self.window, a.attn_scale)
         else:
             parts = []
             for s in sequences:
@@ -352,7 +358,7 @@ class Decoder(nn.Module):
             if i in capture:
                 hidden[i] = h
             cos, sin = tables[self.arch.layer_types[i] if len(tables) > 1 else next(iter(tables))]
-            h = layer.forward_batch(h, cos, sin, rows)
+            h = layer.forward_batch(h, cos, sin, rows, positions)
         if len(self.layers) in capture:
             hidden[len(self.layers)] = h
         final = rms_norm(h, self.final_scale, self.arch.rms_norm_eps, self.arch.gemma_norm)

@@ -2,55 +2,127 @@
 //
 // Why: decoder.attention runs about a dozen small torch ops per sequence and layer; from Python each costs
 // microseconds of dispatch, so at 32 decoding sequences the loop over sequences cost more than the attention
-// arithmetic (about 60 ms of a 300 ms step for Gemma 3 270M). This runs the same ops in the same order on the
-// same tensors (the KV write, qk_scores, scale, tree gather, mask, softmax, bfloat16 rounding,
-// probs_values), so every sequence's bits are those of decoder.attention alone; only the dispatch moves to
-// C++, and small sequences run on the threads side by side instead of one after another.
+// arithmetic (about 60 ms of a 300 ms step for Gemma 3 270M). This runs the ops of decoder.attention (the KV
+// write, qk_scores, scale, tree gather, mask, softmax, bfloat16 rounding, probs_values) in C++, and small
+// sequences run on the threads side by side instead of one after another.
+//
+// Each query row reads only its attention span of the cache (attention_span below) rather than the whole
+// buffer: a sliding-window layer reads about one window, a global layer the slots up to the row's own
+// (rounded up). A row's bits equal decoder.attention over that span (test_attention_batch_kernel.py).
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/arange.h>
 #include <ATen/ops/empty.h>
+#include <ATen/ops/tensor.h>
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 #include <omp.h>
 
+#include <algorithm>
 #include <exception>
+#include <utility>
 #include <vector>
 
-at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
-at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
+at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count);
+at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first);
 
 namespace {
 
 // A sequence with more rows than this runs alone, with the kernels' own threads (a prefill chunk).
 constexpr int64_t kSmallRows = 16;
+// Attention spans (see attention_span): the end is rounded up to these many slots.
+constexpr int64_t kWindowStep = 64, kGlobalStep = 256;
+
+int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
+
+// The columns [first, end) a query row reads, from the last column it may see (`reach`: its own slot, or for
+// a tree in slot order its own depth's column), the buffer's capacity and the layer's window (-1: none).
+// Only these columns go through the softmax, whose float sums group their terms by the row's length: the
+// span depends on nothing but (reach, capacity, window), so a token's attention has the same bits in plain
+// decoding, in a verified chain or tree and in a prefill chunk, whatever shares the call. Columns outside
+// the span are masked for the row (beyond its reach, or a whole step behind its window).
+std::pair<int64_t, int64_t> attention_span(int64_t reach, int64_t capacity, int64_t window) {
+  if (window < 0) return {0, std::min(capacity, round_up(reach + 1, kGlobalStep))};
+  const int64_t end = std::min(capacity, round_up(reach + 1, kWindowStep));
+  return {std::max<int64_t>(0, end - (round_up(window, kWindowStep) + kWindowStep)), end};
+}
+
+// Rows [lo, hi) of one sequence that share one span, through qk, mask, softmax and probs x values.
+void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Tensor& values, const at::Tensor& mask,
+               const at::Tensor& order, const at::Tensor& rows, int64_t first, int64_t end, int64_t reach_end,
+               int64_t t, int64_t kv_heads, int64_t groups, double scale, at::Tensor& out_rows) {
+  const int64_t n = rows.size(0), dim = qs_all.size(2), heads = kv_heads * groups, len = end - first;
+  const auto qs = qs_all.index_select(0, rows).view({n, kv_heads, groups, dim}).permute({1, 2, 0, 3})
+                      .reshape({kv_heads, groups * n, dim});
+  // mask rows are (group, token): token rows of every group
+  const auto mask_rows = at::arange(groups, rows.options()).mul_(t).unsqueeze(1).add(rows.unsqueeze(0)).flatten();
+  const auto m = mask.index_select(0, mask_rows).narrow(1, first, len);
+  const bool tree = order.numel() > 0;
+  at::Tensor scores, span_order;
+  if (tree) {  // columns read slots anywhere in [first, reach_end): score those, then gather per token
+    span_order = order.index_select(0, rows).narrow(1, first, len).contiguous();
+    scores = qk_scores_at(qs, keys_t, first, reach_end - first).mul_(scale);
+    scores = scores.gather(-1, span_order.sub(first).repeat({groups, 1}).expand({kv_heads, -1, -1}));
+  } else {
+    scores = qk_scores_at(qs, keys_t, first, len).mul_(scale);
+  }
+  const auto probs = scores.add_(m).softmax(-1).to(at::kBFloat16);
+  const auto pv = probs_values_at(probs, values, tree ? span_order : order, n, first);
+  out_rows.index_copy_(0, rows, pv.view({kv_heads, groups, n, dim}).permute({2, 0, 1, 3}).reshape({n, heads * dim}));
+}
 
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
-                  const at::Tensor& values, const at::Tensor& mask, const at::Tensor& order, int64_t start,
-                  int64_t end, int64_t slot, double scale, at::Tensor& out) {
-  const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1), dim = q.size(2);
-  const int64_t groups = heads / kv_heads;
+                  const at::Tensor& values, const at::Tensor& mask, const at::Tensor& order,
+                  const at::Tensor& positions, int64_t start, int64_t end, int64_t slot, int64_t window,
+                  double scale, at::Tensor& out) {
+  const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
+  const int64_t groups = heads / kv_heads, capacity = keys_t.size(2);
+  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
+  TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
+              "order [T, capacity]");
+  TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
   // KVCache.write: pending slots [slot, slot + t)
   keys_t.narrow(2, slot, t).copy_(k.narrow(0, start, t).permute({1, 2, 0}));
   values.narrow(1, slot, t).copy_(v.narrow(0, start, t).transpose(0, 1));
-  const auto qs = q.narrow(0, start, t).view({t, kv_heads, groups, dim}).permute({1, 2, 0, 3})
-                      .reshape({kv_heads, groups * t, dim});
-  auto scores = qk_scores(qs, keys_t).mul_(scale);
-  const bool tree = order.numel() > 0;
-  if (tree) scores = scores.gather(-1, order.repeat({groups, 1}).expand({kv_heads, -1, -1}));
-  const auto probs = scores.add_(mask).softmax(-1).to(at::kBFloat16);
-  const auto pv = probs_values(probs, values, order, t);
-  out.narrow(0, start, t).copy_(pv.view({kv_heads, groups, t, dim}).permute({2, 0, 1, 3}).reshape({t, heads * dim}));
+  // each row's reach: its own slot, or in a slot-ordered tree its depth's column (positions are committed +
+  // depth); a tree read in plain slot order (drafters) may see ancestors anywhere in its pending slots
+  const auto pos = positions.narrow(0, start, t).to(at::kLong).contiguous();
+  const int64_t* pp = pos.data_ptr<int64_t>();
+  const bool ordered = order.numel() > 0;
+  bool chain = true;
+  int64_t low = pp[0];
+  for (int64_t i = 0; i < t; ++i) chain = chain && pp[i] == pp[0] + i, low = std::min(low, pp[i]);
+  std::vector<std::pair<std::pair<int64_t, int64_t>, int64_t>> spans(t);  // ((first, end), row)
+  for (int64_t i = 0; i < t; ++i) {
+    auto span = attention_span(ordered ? slot + pp[i] - low : slot + i, capacity, window);
+    if (!ordered && !chain) span.first = std::min(span.first, slot);
+    spans[i] = {span, i};
+  }
+  std::stable_sort(spans.begin(), spans.end());
+  const auto qs_all = q.narrow(0, start, t);
+  auto out_rows = out.narrow(0, start, t);
+  const auto index = at::TensorOptions().dtype(at::kLong);
+  for (size_t a = 0; a < spans.size();) {
+    size_t b = a;
+    std::vector<int64_t> rows;
+    while (b < spans.size() && spans[b].first == spans[a].first) rows.push_back(spans[b++].second);
+    const auto [first, stop] = spans[a].first;
+    span_rows(qs_all, keys_t, values, mask, order, at::tensor(rows, index), first, stop,
+              std::max(stop, slot + t), t, kv_heads, groups, scale, out_rows);
+    a = b;
+  }
 }
 
 }  // namespace
 
-// q [N, heads, dim], k and v [N, kv_heads, dim] (bfloat16): the rows of every sequence, one after another;
-// per sequence i: rows [starts[i], ends[i]), its layer's cache buffers keys_t [kv_heads, dim, capacity]
-// and values [kv_heads, capacity, dim], where its pending slots start (slots[i]), its additive float32 mask
-// [groups * T, capacity] and its tree slot order [T, capacity] (empty for a chain). Returns [N, heads * dim].
+// q [N, heads, dim], k and v [N, kv_heads, dim] (bfloat16): the rows of every sequence, one after another,
+// and their positions [N]; per sequence i: rows [starts[i], ends[i]), its layer's cache buffers keys_t
+// [kv_heads, dim, capacity] and values [kv_heads, capacity, dim], where its pending slots start (slots[i]),
+// its additive float32 mask [groups * T, capacity] and its tree slot order [T, capacity] (empty for a
+// chain); `window` is the layer's sliding window (-1: none). Returns [N, heads * dim].
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                           std::vector<int64_t> slots, double scale) {
+                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale) {
   const int64_t n = static_cast<int64_t>(keys_t.size());
   TORCH_CHECK(static_cast<int64_t>(values.size()) == n && static_cast<int64_t>(masks.size()) == n &&
                   static_cast<int64_t>(orders.size()) == n && static_cast<int64_t>(slots.size()) == n &&
@@ -62,7 +134,8 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   for (int64_t i = 0; i < n; ++i) (ends[i] - starts[i] <= kSmallRows ? small : large).push_back(i);
   if (small.size() == 1) large.push_back(small[0]), small.clear();  // no team for one: see below
   for (int64_t i : large)
-    one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], starts[i], ends[i], slots[i], scale, out);
+    one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], positions, starts[i], ends[i], slots[i], window,
+                 scale, out);
   const int64_t m = static_cast<int64_t>(small.size());
   // Inside this region torch's and our kernels' own parallel loops run serially (in_parallel_region), and
   // nothing they compute depends on the thread count. (A region serialised by an `if` clause would not count
@@ -75,8 +148,8 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
     const int64_t i = small[j];
     try {
       const at::ThreadLocalStateGuard same_state(caller);
-      one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], starts[i], ends[i], slots[i], scale,
-                   out);
+      one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], positions, starts[i], ends[i], slots[i],
+                   window, scale, out);
     } catch (...) {
 #pragma omp critical
       if (!error) error = std::current_exception();

@@ -8,7 +8,7 @@ at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                           std::vector<int64_t> slots, double scale);
+                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");

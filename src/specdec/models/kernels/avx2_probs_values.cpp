@@ -1,5 +1,6 @@
 // out = probs @ values for attention, each query row reading the value slots in its own order: the AVX2 +
-// FMA twin of probs_values.cpp, with the same arithmetic (so the same bits).
+// FMA twin of probs_values.cpp, with the same arithmetic (so the same bits). probs_values_at reads column s
+// at slot first + s (or at the absolute slot order[.., s]): an attention span of the buffer, without a copy.
 //
 // Row r of head h reads values[h, order[r % tokens, s]] for s = 0, 1, ... without a copy (see
 // models/attention_mask.py tree_slot_order). Every output element is a float32 fused multiply-add chain
@@ -48,15 +49,15 @@ inline void store_bf16x8(uint16_t* p, __m256 v) {
 
 // G vectors (8 * G dims starting at d0) of one output row.
 template <int G>
-inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t slots,
-                      int64_t dim, int64_t d0, uint16_t* out) {
+inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                      int64_t slots, int64_t dim, int64_t d0, uint16_t* out) {
   __m256 acc[G];
   for (int c = 0; c < G; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t s = 0; s < slots; ++s) {
     const uint16_t pb = prow[s];
     if ((pb & 0x7FFF) == 0) continue;
     const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
-    const uint16_t* v = vhead + (orow ? orow[s] : s) * dim + d0;
+    const uint16_t* v = vhead + (orow ? orow[s] : first + s) * dim + d0;
     for (int c = 0; c < G; ++c) acc[c] = _mm256_fmadd_ps(p, load_bf16x8(v + 8 * c), acc[c]);
   }
   for (int c = 0; c < G; ++c) store_bf16x8(out + d0 + 8 * c, acc[c]);
@@ -64,13 +65,14 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
 
 }  // namespace
 
-at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens) {
+at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first) {
   TORCH_CHECK(probs.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(probs.dim() == 3 && values.dim() == 3 && probs.size(0) == values.size(0) &&
-              probs.size(2) == values.size(1), "probs [H, R, S] and values [H, S, D]");
+              first >= 0 && first + probs.size(2) <= values.size(1), "probs [H, R, S] and values [H, >= S, D]");
   probs = probs.contiguous();
   values = values.contiguous();
   const int64_t heads = probs.size(0), rows = probs.size(1), slots = probs.size(2), dim = values.size(2);
+  const int64_t capacity = values.size(1);
   const bool ordered = order.numel() > 0;
   if (ordered) {
     order = order.to(at::kLong).contiguous();
@@ -88,18 +90,18 @@ at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, i
     const int64_t h = hr / rows, r = hr % rows;
     const uint16_t* prow = pp + hr * slots;
     const int64_t* orow = ordered ? op + (r % tokens) * slots : nullptr;
-    const uint16_t* vhead = vp + h * slots * dim;
+    const uint16_t* vhead = vp + h * capacity * dim;
     uint16_t* orow_out = outp + hr * dim;
     int64_t c = 0;
-    for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, slots, dim, 8 * c, orow_out);
+    for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out);
     switch (vectors - c) {
-      case 7: row_group<7>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 6: row_group<6>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 5: row_group<5>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 4: row_group<4>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 3: row_group<3>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 2: row_group<2>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
-      case 1: row_group<1>(prow, orow, vhead, slots, dim, 8 * c, orow_out); break;
+      case 7: row_group<7>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 6: row_group<6>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 5: row_group<5>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 4: row_group<4>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 3: row_group<3>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 2: row_group<2>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
+      case 1: row_group<1>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
       default: break;
     }
     // dims past the last multiple of 8: the same chain, one scalar FMA at a time
@@ -108,10 +110,16 @@ at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, i
       for (int64_t s = 0; s < slots; ++s) {
         const uint16_t pb = prow[s];
         if ((pb & 0x7FFF) == 0) continue;
-        acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : s) * dim + d]), acc);
+        acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : first + s) * dim + d]), acc);
       }
       orow_out[d] = float_to_bf16(acc);
     }
   }
   return out;
+}
+
+at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens) {
+  TORCH_CHECK(probs.dim() == 3 && values.dim() == 3 && probs.size(2) == values.size(1),
+              "probs [H, R, S] and values [H, S, D]");
+  return probs_values_at(probs, values, order, tokens, 0);
 }

@@ -1,4 +1,6 @@
 // scores = q @ keys_t for attention, float32 out, on CPUs with AVX2 + FMA.
+// qk_scores_at scores only the slots [first, first + count) of the buffer (an attention span, see
+// avx2_attention_batch.cpp): each element is the same chain, so the same bits as in a whole-buffer call.
 //
 // q [H, R, D] and keys_t [H, D, S] (the cache's transposed keys) in bfloat16. Every output element is a
 // float32 fused multiply-add chain over d in ascending order, starting from 0 (lanes run across S, 8
@@ -65,17 +67,18 @@ inline void score_rows(const float* q, const uint16_t* keys, int64_t dim, int64_
 
 }  // namespace
 
-at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t) {
+at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && keys_t.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(q.dim() == 3 && keys_t.dim() == 3 && q.size(0) == keys_t.size(0) && q.size(2) == keys_t.size(1),
               "q [H, R, D] and keys_t [H, D, S]");
+  TORCH_CHECK(first >= 0 && count >= 0 && first + count <= keys_t.size(2), "slots outside the key buffer");
   keys_t = keys_t.contiguous();
-  const int64_t heads = q.size(0), rows = q.size(1), dim = q.size(2), slots = keys_t.size(2);
+  const int64_t heads = q.size(0), rows = q.size(1), dim = q.size(2), stride = keys_t.size(2), slots = count;
   auto out = at::empty({heads, rows, slots}, q.options().dtype(at::kFloat));
   if (heads * rows * slots == 0) return out;
   const auto qf = q.to(at::kFloat).contiguous();  // exact
   const float* qp = qf.data_ptr<float>();
-  const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>());
+  const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   float* outp = out.data_ptr<float>();
   // tasks: (head, span of 96 slots); within a span, 24 slots at a time against every block of 4 rows
   constexpr int64_t span = 96;
@@ -84,19 +87,24 @@ at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t) {
   for (int64_t t = 0; t < heads * spans; ++t) {
     const int64_t h = t / spans, s0 = (t % spans) * span, s1 = std::min(slots, s0 + span);
     const float* qh = qp + h * rows * dim;
-    const uint16_t* kh = kp + h * dim * slots;
+    const uint16_t* kh = kp + h * dim * stride;
     float* oh = outp + h * rows * slots;
     for (int64_t s = s0; s < s1; s += 24) {
       const int64_t e = std::min(s1, s + 24);
       int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) score_rows<4>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e);
+      for (; r + 4 <= rows; r += 4) score_rows<4>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e);
       switch (rows - r) {
-        case 3: score_rows<3>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
-        case 2: score_rows<2>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
-        case 1: score_rows<1>(qh + r * dim, kh, dim, slots, oh + r * slots, slots, s, e); break;
+        case 3: score_rows<3>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
+        case 2: score_rows<2>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
+        case 1: score_rows<1>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
         default: break;
       }
     }
   }
   return out;
+}
+
+at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t) {
+  TORCH_CHECK(keys_t.dim() == 3, "q [H, R, D] and keys_t [H, D, S]");
+  return qk_scores_at(q, keys_t, 0, keys_t.size(2));
 }
