@@ -92,20 +92,27 @@ class DFlashProposer(Proposer):
         self.cache = ContextCache(self.drafter.config, capacity, self.target.dtype, self.target.device)
         self.pending = self._features(prefill, range(len(prompt)))
         self.vocab.start(prompt)
+        self._add_pending()  # the prompt's context entries now, with the prefill, not in the first draft step
 
     def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
         index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
         return torch.cat([result.hidden[i][index] for i in self.target_layers], dim=-1)
 
     @torch.inference_mode()
-    def _ingest(self, tokens: Sequence[int]) -> None:
-        """Adds the pending committed positions to the context cache: everything before the pending token."""
+    def _add_pending(self) -> None:
+        """The context entries of the committed positions whose target features arrived since the last."""
         assert self.cache is not None
         if self.pending is not None:
             start, n = self.cache.length, self.pending.shape[0]
             positions = torch.arange(start, start + n, device=self.target.device)
             self.cache.append(self.drafter.context_kv(self.drafter.context(self.pending), positions))
             self.pending = None
+
+    @torch.inference_mode()
+    def _ingest(self, tokens: Sequence[int]) -> None:
+        """Adds the pending committed positions to the context cache: everything before the pending token."""
+        assert self.cache is not None
+        self._add_pending()
         if self.cache.length + 1 != len(tokens):
             raise RuntimeError(f"dflash state out of step: {self.cache.length} cached positions, {len(tokens)} tokens")
 

@@ -105,6 +105,17 @@ class Eagle3Proposer(Proposer):
         self.pending = self._features(prefill, range(len(prompt)))
         self.sampling, self.generator = sampling, generator
         self.vocab.start(prompt)
+        # The prompt's positions but the last go through the drafter now, with the prefill: their next tokens
+        # are known, and steps then only catch up on what the last verification kept (a drafting cost that
+        # the auto policy measures per token would otherwise start with a whole prompt's worth).
+        if len(prompt) > 1:
+            n = len(prompt) - 1
+            features, self.pending = self.pending[:n], self.pending[n:]
+            dev = self.target.device
+            with torch.inference_mode():
+                self.drafter.step(self.drafter.fuse(features), torch.as_tensor(list(prompt[1:]), device=dev),
+                                  torch.arange(n, device=dev), self.cache,
+                                  torch.ones(n, n, dtype=torch.bool, device=dev).tril())
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] over the draft vocabulary (and the context's tokens) of outputs h."""
