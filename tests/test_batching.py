@@ -311,3 +311,86 @@ def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_pat
         assert b.tokens == a.tokens
         assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
     assert all(p.cache.length == len(c) for p, c in zip(batched, contexts))  # drafted entries rolled back
+
+
+@pytest.mark.parametrize("own_lm_heads,tree_top_k", [(False, None), (True, None), (False, 3)])
+def test_medusa_drafts_every_sequence_with_one_call_per_head(zoo, tmp_path, own_lm_heads, tree_top_k):
+    """MedusaProposer.propose_batch gives each sequence the tree its own propose() gives, with every
+    sequence's hidden state through each head in one call."""
+    from medusa_helpers import make_random_medusa
+    from specdec.drafting.medusa import MedusaProposer
+
+    target = zoo.load("gemma3_text")
+    path = make_random_medusa(target, tmp_path / "d", draft_vocab_size=200, own_lm_heads=own_lm_heads)
+    config = {"method": "medusa", "model": path, "tree_num_draft_tokens": 8}
+    if tree_top_k:
+        config["tree_top_k"] = tree_top_k
+    llm = LLM(loaded=target, speculative_config=config)
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
+    tokens = [[*c, 11] for c in contexts]
+    limits = [3, 1, 3, 0]
+
+    def start() -> list[MedusaProposer]:
+        ps = [llm.new_proposer() for _ in contexts]
+        for p, c in zip(ps, contexts):
+            runtime = target.new_runtime()
+            runtime.reset(64)
+            p.begin(c, params, None, 64, runtime.prefill(c))
+        return ps
+
+    alone = [p.propose(t, m) for p, t, m in zip(start(), tokens, limits)]
+    batched = start()
+    calls: list[int] = []
+    heads = batched[0].heads
+    real = type(heads).head_state
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(heads), "head_state", lambda self, k, h: calls.append(h.shape[0]) or real(self, k, h))
+        together = MedusaProposer.propose_batch(batched, tokens, limits)
+    assert calls == [3] * heads.config.num_heads  # the three sequences with room, each head once
+    assert len(alone[3].tokens) == 0 and len(alone[0].tokens) > len(alone[1].tokens) > 0
+    for a, b in zip(alone, together):
+        assert b.tokens == a.tokens and b.parents == a.parents
+
+
+@pytest.mark.parametrize("temperature,threshold", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.2)])
+def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, temperature, threshold):
+    """MTPProposer.propose_batch gives each sequence the chain its own propose() gives (same tokens, same
+    distributions, same generator draws, same caches after), with one block call per depth for all chains."""
+    from mtp_helpers import make_random_mtp
+    from specdec.drafting.mtp import MTPProposer
+
+    target = zoo.load("gemma3_text")
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 4,
+                                                  "confidence_threshold": threshold})
+    params = SamplingParams(temperature=temperature, max_tokens=8)
+    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
+    tokens = [[*c, 11] for c in contexts]
+    limits = [4, 2, 4, 0]
+
+    def start() -> list[MTPProposer]:
+        ps = [llm.new_proposer() for _ in contexts]
+        for i, (p, c) in enumerate(zip(ps, contexts)):
+            runtime = target.new_runtime()
+            runtime.reset(64)
+            p.begin(c, params, torch.Generator().manual_seed(i), 64, runtime.prefill(c))
+        return ps
+
+    alone_ps = start()
+    alone = [p.propose(t, m) for p, t, m in zip(alone_ps, tokens, limits)]
+    batched = start()
+    calls: list[int] = []
+    block = batched[0].drafter.module_for(1).block
+    real = type(block).forward_batch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(block), "forward_batch", lambda self, h, *a: calls.append(h.shape[0]) or real(self, h, *a))
+        together = MTPProposer.propose_batch(batched, tokens, limits)
+    assert calls[0] == sum(map(len, contexts[:3]))  # depth 1: every drafting sequence's prompt positions
+    assert len(calls) <= 4
+    assert len(alone[3].tokens) == 0 and len(alone[0].tokens) > 0
+    for a, b, pa, pb in zip(alone, together, alone_ps, batched):
+        assert b.tokens == a.tokens
+        assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
+        assert [c.length for c in pa.state.caches] == [c.length for c in pb.state.caches]
+        assert all(torch.equal(x, y) for x, y in zip(pa.state.last_logits, pb.state.last_logits))

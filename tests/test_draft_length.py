@@ -130,3 +130,28 @@ def test_auto_tries_positions_it_never_drafted_when_the_earlier_ones_are_kept():
     poor = AutoDraftLength(curve, max_length=5)  # mostly rejected: the continuation is poor too
     poor.observe([20, 2], [100, 100], 0.0, 0)
     assert poor.choose([history([0.2, 0.02])], [5])[0] <= 1  # one row (10% of a step) for 0.2 of a token
+
+
+def test_auto_gives_a_tree_only_the_rows_it_priced(zoo, tmp_path, monkeypatch):
+    """The policy prices a draft by the rows it adds, so a tree drafted under "auto" brings at most the chosen
+    number of nodes (its first ones, shallowest first), however many the method's tree options allow; the
+    output is still plain decoding's."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec import LLM, SamplingParams
+    from specdec.engine import step as step_module
+
+    target = zoo.load("gemma3_text")
+    monkeypatch.setattr(target, "cost_curve", CHEAP, raising=False)  # rows nearly free: drafts the most allowed
+    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": "auto",
+                                                  "max_num_speculative_tokens": 3, "tree_top_k": 3,
+                                                  "tree_num_draft_tokens": 12})
+    rows: list[int] = []
+    real = step_module.forward_batch
+    monkeypatch.setattr(step_module, "forward_batch", lambda rts, calls: rows.extend(
+        len(c.tokens) for c in calls if c.parents is not None) or real(rts, calls))
+    params = SamplingParams(temperature=0.0, max_tokens=16, ignore_eos=True)
+    prompts = [{"prompt_token_ids": p} for p in ([1, 2, 3, 4], [9, 8, 7])]
+    out = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
+    assert out == [o.outputs[0].token_ids for o in LLM(loaded=target).generate(prompts, params)]
+    assert rows and max(rows) == 4  # the root and 3 nodes, not the 12 a depth-3 tree of top-3 children has

@@ -374,3 +374,12 @@ def test_prune_to_depth_keeps_topological_order_when_deep_nodes_come_early():
     assert pruned.probs is None
     with pytest.raises(ValueError, match="tree"):
         prune_to_depth(Draft(tokens=[1]), 1)
+
+
+def test_prune_to_depth_keeps_the_first_nodes_within_a_node_budget():
+    draft = Draft(tokens=[10, 11, 12, 13, 14], parents=[-1, -1, 0, 2, 1])
+    pruned, kept = prune_to_depth(draft, 3, max_nodes=3)
+    assert kept == [0, 1, 2] and pruned.tokens == [10, 11, 12] and pruned.parents == [-1, -1, 0]
+    pruned, kept = prune_to_depth(draft, 1, max_nodes=3)  # the depth cut first, then the budget
+    assert kept == [0, 1] and pruned.parents == [-1, -1]
+    assert prune_to_depth(draft, 3, max_nodes=0)[1] == []

@@ -35,6 +35,7 @@ from specdec.drafting.medusa_model import (
     tree_parents,
 )
 from specdec.drafting.registry import register
+from specdec.models.fast_linear import linear_float
 
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
@@ -131,14 +132,55 @@ class MedusaProposer(Proposer):
     @torch.inference_mode()
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.hidden is not None
+        if self._count(max_tokens) == 0:
+            return Draft(tokens=[])
+        states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
+        return self._draft(tokens, max_tokens, states, self.heads.own_static_logits(states))
+
+    def _count(self, max_tokens: int) -> int:
+        depth = min(max_tokens, self.depth)
+        return depth if self.options.tree_top_k is not None else self.count_within[depth]
+
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """Every sequence's heads in one call per head, and the static vocabulary's logits of every
+        sequence's heads in one call (per head for heads with their own projections); the context tokens'
+        columns and the tree stay per sequence. Every draft is the one `propose` gives: the heads' linears are
+        row-invariant in bfloat16 on CPU."""
+        out: list[Draft] = [Draft(tokens=[]) for _ in proposers]
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(proposers):
+            if not isinstance(p, MedusaProposer):
+                raise TypeError("propose_batch takes medusa proposers only")
+            if p._count(max_tokens[i]) > 0:
+                groups.setdefault(id(p.heads), []).append(i)
+        with torch.inference_mode():
+            for members in groups.values():
+                ps = [proposers[i] for i in members]
+                heads = ps[0].heads  # type: ignore[attr-defined]
+                hidden = torch.cat([p.hidden for p in ps])  # type: ignore[attr-defined]
+                states = torch.stack([heads.head_state(k, hidden) for k in range(heads.config.num_heads)], dim=1)
+                n, h, width = states.shape
+                if heads.config.own_lm_heads:
+                    rows = [heads.projection(k).weight for k in range(h)]
+                    static = torch.stack([linear_float(states[:, k].to(w.dtype), w) for k, w in enumerate(rows)],
+                                         dim=1)
+                else:
+                    shared = ps[0].vocab.static_rows  # type: ignore[attr-defined]
+                    static = linear_float(states.reshape(n * h, width).to(shared.dtype), shared).view(n, h, -1)
+                for row, i in enumerate(members):
+                    out[i] = proposers[i]._draft(tokens[i], max_tokens[i], states[row], static[row])  # type: ignore[attr-defined]
+        return out
+
+    def _draft(self, tokens: Sequence[int], max_tokens: int, states: torch.Tensor,
+               static_logits: torch.Tensor | None) -> Draft:
+        """The draft from the heads' states [heads, H] (and their own projections' static logits)."""
         depth = min(max_tokens, self.depth)
         grown = self.options.tree_top_k is not None
-        count = depth if grown else self.count_within[depth]  # a grown tree fills whatever depth is left
-        if count == 0:
-            return Draft(tokens=[])
+        count = self._count(max_tokens)  # a grown tree fills whatever depth is left
         self.vocab.follow(tokens)
-        states = torch.cat([self.heads.head_state(k, self.hidden) for k in range(self.heads.config.num_heads)])
-        logits = self.vocab.logits(states, self.heads.own_static_logits(states))  # [heads, vocab]
+        logits = self.vocab.logits(states, static_logits)  # [heads, vocab]
         if grown:
             return self._grown(logits, depth)
         top = logits.topk(self.top, dim=-1).indices

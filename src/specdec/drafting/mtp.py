@@ -76,9 +76,16 @@ class MTPState:
             positions: torch.Tensor | None = None) -> torch.Tensor:
         """Depth's block over new entries after its cache: by default a chain at positions start.., else
         at `positions`, each row seeing the new rows `ancestry` [m, m] marks (mtp_tree.py)."""
+        mask, cos, sin, positions = self.reserve(depth, x.shape[0], start, ancestry, positions)
+        return self.drafter.module_for(depth).block(x, cos, sin, mask, self.caches[depth - 1], positions=positions)
+
+    def reserve(self, depth: int, m: int, start: int, ancestry: torch.Tensor | None = None,
+                positions: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Claims m new entries in depth's cache (see `run`); returns their additive mask, cos, sin and
+        positions for the block."""
         d, cache = self.drafter, self.caches[depth - 1]
         block = d.module_for(depth).block
-        m, dev = x.shape[0], x.device
+        dev = self.features.device
         if positions is None:
             positions = torch.arange(start, start + m, device=dev)
         cache.reserve(m, positions)
@@ -88,7 +95,7 @@ class MTPState:
         zero = torch.zeros((), dtype=torch.float32, device=dev)
         mask = torch.where(allowed, zero, float("-inf")).repeat(d.arch.num_heads // d.arch.num_kv_heads, 1)
         cos, sin = d.rope(positions, self.capacity)
-        return block(x, cos, sin, mask, cache, positions=positions)
+        return mask, cos, sin, positions
 
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], depth: int, pick: Pick, threshold: float = 0.0) -> Draft:
@@ -195,6 +202,35 @@ class MTPProposer(Proposer):
         full[self.vocab.to_target(torch.arange(logits.numel(), device=logits.device))] = logits
         q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
         return sample(q, self.generator), q
+
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """Chains of the sequences that share a drafter: each depth's block runs once for all of them
+        (mtp_batch.py), every draft the one `propose` gives; trees are grown one sequence at a time."""
+        from specdec.drafting.mtp_batch import draft_chains
+
+        out: list[Draft | None] = [None] * len(proposers)
+        chains: dict[int, list[int]] = {}
+        for i, p in enumerate(proposers):
+            if not isinstance(p, MTPProposer):
+                raise TypeError("propose_batch takes mtp proposers only")
+            if p.options.tree_top_k > 1:
+                out[i] = p.propose(tokens[i], max_tokens[i])
+            else:
+                chains.setdefault(id(p.drafter), []).append(i)
+        for members in chains.values():
+            ps = [proposers[i] for i in members]
+            for p, i in zip(ps, members):
+                p.vocab.follow(tokens[i])  # type: ignore[attr-defined]
+            drafts = draft_chains(
+                [p.state for p in ps],  # type: ignore[attr-defined]
+                [tokens[i] for i in members],
+                [min(p.options.num_speculative_tokens, max_tokens[i]) for p, i in zip(ps, members)],  # type: ignore[attr-defined]
+                [p._pick for p in ps], [p.options.confidence_threshold for p in ps])  # type: ignore[attr-defined]
+            for i, d in zip(members, drafts):
+                out[i] = d
+        return [d for d in out if d is not None]
 
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
         assert self.state is not None

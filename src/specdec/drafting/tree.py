@@ -1,4 +1,4 @@
-"""Helpers for tree drafts (Draft.parents set): depths, and cutting a tree to a maximum depth."""
+"""Helpers for tree drafts (Draft.parents set): depths, and cutting a tree to a maximum depth and size."""
 
 from __future__ import annotations
 
@@ -17,16 +17,19 @@ def tree_depths(parents: Sequence[int]) -> list[int]:
     return depths
 
 
-def prune_to_depth(draft: Draft, max_depth: int) -> tuple[Draft, list[int]]:
-    """Drops the nodes deeper than `max_depth`; returns the smaller draft (same topological order, parents
-    remapped, probs rows kept) and the original index of each kept node. A deeper node's descendants are
-    deeper still, so every kept node keeps its parent."""
+def prune_to_depth(draft: Draft, max_depth: int, max_nodes: int | None = None) -> tuple[Draft, list[int]]:
+    """Drops the nodes deeper than `max_depth`, then all but the first `max_nodes` of the rest (None: no
+    limit); returns the smaller draft (same topological order, parents remapped, probs rows kept) and the
+    original index of each kept node. A deeper node's descendants are deeper still, and a parent comes before
+    its children, so every kept node keeps its parent."""
     if draft.parents is None:
         raise ValueError("prune_to_depth needs a tree draft (parents set)")
     if len(draft.parents) != len(draft.tokens):
         raise ValueError(f"{len(draft.parents)} parents for {len(draft.tokens)} draft tokens")
     depths = tree_depths(draft.parents)
     kept = [i for i, d in enumerate(depths) if d <= max_depth]
+    if max_nodes is not None:
+        kept = kept[: max(max_nodes, 0)]
     if len(kept) == len(draft.tokens):
         return draft, kept
     new_index = {old: new for new, old in enumerate(kept)}

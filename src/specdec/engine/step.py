@@ -40,6 +40,9 @@ class Work:
     seq: SequenceState
     chunk: int = 0
     draft_limit: int = 0
+    # rows a tree draft may bring (its first nodes in topological order); None: any, up to draft_limit deep.
+    # The auto policy sets it to draft_limit, since it prices a sequence's draft by the rows it adds.
+    max_tree_nodes: int | None = None
 
 
 @dataclass
@@ -99,7 +102,8 @@ def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
         raise RuntimeError(
             f"{type(proposer).__name__} drafted a tree of {len(draft)} nodes, more than {MAX_TOKENS_PER_FORWARD - 1}"
         )
-    tree, kept = prune_to_depth(draft, room)  # deeper nodes could only be accepted past max_tokens
+    # deeper nodes could only be accepted past max_tokens
+    tree, kept = prune_to_depth(draft, room, work.max_tree_nodes)
     assert tree.parents is not None
     call = ForwardCall([token, *tree.tokens], [-1, *(p + 1 for p in tree.parents)], seq.capture, rows)
     return _Planned(work, call, draft, tree, kept)

@@ -161,7 +161,8 @@ class BatchScheduler:
                 min(k, seq.proposer.num_speculative_tokens) if seq.proposer is not None else 0)
             seq.stats.record_choice(reported)
             seq.last_draft_len = k
-            work.append(Work(seq, draft_limit=k))
+            nodes = k if isinstance(self.policy, AutoDraftLength) else None  # auto prices a draft by its rows
+            work.append(Work(seq, draft_limit=k, max_tree_nodes=nodes))
             budget -= 1 + k
         for seq in self.running:
             if seq.prefilling and budget > 0:

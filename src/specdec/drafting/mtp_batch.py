@@ -1,0 +1,86 @@
+"""MTP chains of many sequences at once: each depth's block runs once over every sequence's new entries.
+
+The same steps as `MTPState.draft` (mtp.py), sequence by sequence in the bookkeeping and batched in the
+arithmetic: the projection and the block's linears over all rows in one call each (row-invariant in bfloat16
+on CPU), attention per sequence over its own depth cache, the draft vocabulary's logits of every sequence in
+one call. So every sequence's draft is the one `MTPState.draft` gives it alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import torch
+
+from specdec.drafting.base import Draft
+from specdec.drafting.confidence import keeps_drafting
+from specdec.models.decoder import SequenceRows
+from specdec.models.fast_linear import linear_float
+
+from specdec.drafting.mtp import MTPState, Pick
+
+
+@torch.inference_mode()
+def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], depths: Sequence[int],
+                 picks: Sequence[Pick], thresholds: Sequence[float]) -> list[Draft]:
+    """`states[i].draft(tokens[i], depths[i], picks[i], thresholds[i])` for every i; the states share one
+    drafter and each has its request's context vocabulary."""
+    d = states[0].drafter
+    for st, t in zip(states, tokens):
+        if st.length != len(t) - 1:
+            raise RuntimeError(f"MTP state out of step: features of {st.length} positions, {len(t)} tokens")
+        st.last_logits = []
+    seqs = [list(t) for t in tokens]
+    probs: list[list[torch.Tensor]] = [[] for _ in states]
+    last = [st.length - 1 for st in states]  # position n
+    prev_final = [st.length for st in states]
+    prev_drafted = [st.features[:0] for st in states]  # depth 0 = the target's features
+    active = [j for j, st in enumerate(states) if min(depths[j], len(st.caches)) >= 1]
+    k = 1
+    while active:
+        module = d.module_for(k)
+        parts, ids, finals, starts = [], [], [], []
+        for j in active:
+            st = states[j]
+            start, final = st.caches[k - 1].length, max(st.length + 1 - k, 0)  # entries [start, final) are kept
+            source = st.features if k == 1 else st.outputs[k - 2]
+            parts.append(torch.cat([source[start : prev_final[j]], prev_drafted[j][max(start - prev_final[j], 0) :]]))
+            ids.append(torch.tensor(seqs[j][start + k : last[j] + k + 1], dtype=torch.long, device=st.features.device))
+            starts.append(start)
+            finals.append(final)
+        x = module.project(d.embed(torch.cat(ids)), torch.cat(parts))
+        cos, sin, positions, sequences, row = [], [], [], [], 0
+        for j, part, start in zip(active, parts, starts):
+            m = part.shape[0]
+            mask, c, s, p = states[j].reserve(k, m, start)
+            cos.append(c)
+            sin.append(s)
+            positions.append(p)
+            sequences.append(SequenceRows(row, row + m, states[j].caches[k - 1], {module.block.window: mask}))
+            row += m
+        out = module.block.forward_batch(x, torch.cat(cos), torch.cat(sin), sequences, torch.cat(positions))
+        lasts = []
+        for j, seq_rows, start, final in zip(active, sequences, starts, finals):
+            st, h = states[j], out[seq_rows.start : seq_rows.end]
+            st.caches[k - 1].commit(range(final - start))
+            st.outputs[k - 1][start:final] = h[: final - start]
+            prev_final[j], prev_drafted[j] = final, h[final - start :]
+            lasts.append(h[-1:])
+        normed = module.norm(torch.cat(lasts), module.shared_norm)
+        vocab0 = states[0].vocab
+        assert vocab0 is not None
+        static = linear_float(normed.to(vocab0.static_rows.dtype), vocab0.static_rows)
+        going = []
+        for r, j in enumerate(active):
+            st = states[j]
+            assert st.vocab is not None
+            logits = st.vocab.logits(normed[r : r + 1], static_logits=static[r : r + 1])[0]
+            st.last_logits.append(logits)
+            token, q = picks[j](k, logits)
+            seqs[j].append(token)
+            if q is not None:
+                probs[j].append(q)
+            if k < min(depths[j], len(st.caches)) and keeps_drafting(thresholds[j], logits, q, token):
+                going.append(j)  # deeper caches of the others catch up on a later draft
+        active, k = going, k + 1
+    return [Draft(tokens=s[len(t):], probs=torch.stack(p) if p else None) for s, t, p in zip(seqs, tokens, probs)]
