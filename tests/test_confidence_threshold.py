@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from specdec import LLM, SamplingParams
-from specdec.drafting import confidence, draft_model, eagle3, mtp
+from specdec.drafting import confidence, draft_model, eagle3, mtp, mtp_batch
 from specdec.drafting.confidence import keeps_drafting
 from specdec.engine import step as engine_step
 
@@ -43,7 +43,7 @@ def _config(zoo, tmp_path, method: str) -> tuple[object, dict, object]:
     if method == "mtp":
         target = zoo.load("gemma3_text")
         path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200, num_modules=2)
-        return target, {"method": "mtp", "model": path}, mtp
+        return target, {"method": "mtp", "model": path}, mtp_batch  # the engine drafts MTP chains there
     return zoo.load("llama"), {"method": "draft_model", "model": zoo.path("llama_draft")}, draft_model
 
 
