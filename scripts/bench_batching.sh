@@ -3,8 +3,8 @@
 # machine; reports under benchmarks/results/batching/. Parts (all by default, or name some):
 #   cost   scripts/step_cost_table.py: ms per forward against sequences and draft length
 #   other  specdec bench --batch-size 1,4,16,32 on 32 prompts of benchmarks/prompts/other_kinds.jsonl:
-#          plain, n-gram k=5, n-gram "auto" (PNG next to the JSON)
-#   mt     the same on MT-Bench's first 32 first turns, n-gram "auto" only
+#          plain, n-gram "auto", EAGLE-3 "auto" (PNG next to the JSON)
+#   mt     the same on MT-Bench's first 32 first turns
 #   vllm   vLLM's CPU build (VLLM_PY, its own venv) on the same 32 other_kinds prompts, all batched: plain and
 #          n-gram; then benchmarks/peers/compare_with_vllm.py against `other` (every output checked against
 #          specdec's batch-1 plain)
@@ -19,8 +19,9 @@ cd "$(dirname "$0")/.."
 OUT=benchmarks/results/batching
 MT=../shared/data/eval/mt_bench/question.jsonl
 OTHER=benchmarks/prompts/other_kinds.jsonl
-CONFIGS='[{"method": "ngram", "num_speculative_tokens": 5}, {"method": "ngram", "num_speculative_tokens": "auto"}]'
 AUTO='{"method": "ngram", "num_speculative_tokens": "auto"}'
+EAGLE3_AUTO='{"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 8, "confidence_threshold": 0.45}'
+CONFIGS="[$AUTO, $EAGLE3_AUTO]"
 VLLM_PY=${VLLM_PY:-/work/vllm-venv/bin/python}
 PORT=${PORT:-8765}
 URL="http://127.0.0.1:$PORT"
@@ -46,7 +47,7 @@ if has other; then
     --output "$OUT/other_kinds.json" --no-progress | tee "$OUT/other_kinds.txt"
 fi
 if has mt; then
-  .venv/bin/specdec bench --prompts "$MT" --limit 32 --batch-size 1,4,16,32 --speculative-config "[$AUTO]" \
+  .venv/bin/specdec bench --prompts "$MT" --limit 32 --batch-size 1,4,16,32 --speculative-config "$CONFIGS" \
     --output "$OUT/mt_bench.json" --no-progress | tee "$OUT/mt_bench.txt"
 fi
 if has vllm; then

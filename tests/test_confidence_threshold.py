@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 from specdec import LLM, SamplingParams
-from specdec.drafting import confidence, draft_model, eagle3, mtp, mtp_batch
+from specdec.drafting import confidence, draft_model, eagle3, mtp_batch
 from specdec.drafting.confidence import keeps_drafting
 from specdec.engine import step as engine_step
 
