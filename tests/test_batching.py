@@ -270,6 +270,23 @@ def test_running_sequences_share_one_copy_of_the_drafter(zoo, tmp_path, method):
     assert getattr(llm.new_proposer(), weights) is not first
 
 
+# prompts for the drafters' propose_batch tests, and each one's pending first token
+DRAFT_CONTEXTS = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
+DRAFT_TOKENS = [[*c, 11] for c in DRAFT_CONTEXTS]
+
+
+def begun_proposers(llm: LLM, params: SamplingParams) -> list:
+    """A fresh proposer per DRAFT_CONTEXTS prompt, begun on the target's prefill of it (with the hidden
+    states it asks for) and its own seeded generator."""
+    target = llm.model
+    ps = [llm.new_proposer() for _ in DRAFT_CONTEXTS]
+    for i, (p, c) in enumerate(zip(ps, DRAFT_CONTEXTS)):
+        runtime = target.new_runtime()
+        runtime.reset(64)
+        p.begin(c, params, torch.Generator().manual_seed(i), 64, runtime.prefill(c, capture=p.target_layers))
+    return ps
+
+
 @pytest.mark.parametrize("temperature,threshold", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.2)])
 def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_path, temperature, threshold):
     """Eagle3Proposer.propose_batch gives each sequence the chain its own propose() gives (same tokens, same
@@ -282,20 +299,9 @@ def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_pat
     llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": 5,
                                                   "confidence_threshold": threshold})
     params = SamplingParams(temperature=temperature, max_tokens=8)
-    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
-    limits = [5, 2, 5, 0]
-
-    def start() -> list[Eagle3Proposer]:
-        ps = [llm.new_proposer() for _ in contexts]
-        for i, (p, c) in enumerate(zip(ps, contexts)):
-            runtime = target.new_runtime()
-            runtime.reset(64)
-            p.begin(c, params, torch.Generator().manual_seed(i), 64, runtime.prefill(c, capture=p.target_layers))
-        return ps
-
-    tokens = [[*c, 11] for c in contexts]  # the committed prompt and the pending first token
-    alone = [p.propose(t, m) for p, t, m in zip(start(), tokens, limits)]
-    batched = start()
+    contexts, tokens, limits = DRAFT_CONTEXTS, DRAFT_TOKENS, [5, 2, 5, 0]
+    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), tokens, limits)]
+    batched = begun_proposers(llm, params)
     rows: list[int] = []
     real = type(batched[0].drafter).step_batch
     with pytest.MonkeyPatch.context() as mp:
@@ -327,20 +333,9 @@ def test_medusa_drafts_every_sequence_with_one_call_per_head(zoo, tmp_path, own_
         config["tree_top_k"] = tree_top_k
     llm = LLM(loaded=target, speculative_config=config)
     params = SamplingParams(temperature=0.0, max_tokens=8)
-    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
-    tokens = [[*c, 11] for c in contexts]
-    limits = [3, 1, 3, 0]
-
-    def start() -> list[MedusaProposer]:
-        ps = [llm.new_proposer() for _ in contexts]
-        for p, c in zip(ps, contexts):
-            runtime = target.new_runtime()
-            runtime.reset(64)
-            p.begin(c, params, None, 64, runtime.prefill(c))
-        return ps
-
-    alone = [p.propose(t, m) for p, t, m in zip(start(), tokens, limits)]
-    batched = start()
+    tokens, limits = DRAFT_TOKENS, [3, 1, 3, 0]
+    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), tokens, limits)]
+    batched = begun_proposers(llm, params)
     calls: list[int] = []
     heads = batched[0].heads
     real = type(heads).head_state
@@ -365,21 +360,10 @@ def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, tem
     llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 4,
                                                   "confidence_threshold": threshold})
     params = SamplingParams(temperature=temperature, max_tokens=8)
-    contexts = [[1, 2, 3, 4], [9, 8, 7], [5, 5, 6, 7, 8, 9, 10], [4, 3]]
-    tokens = [[*c, 11] for c in contexts]
-    limits = [4, 2, 4, 0]
-
-    def start() -> list[MTPProposer]:
-        ps = [llm.new_proposer() for _ in contexts]
-        for i, (p, c) in enumerate(zip(ps, contexts)):
-            runtime = target.new_runtime()
-            runtime.reset(64)
-            p.begin(c, params, torch.Generator().manual_seed(i), 64, runtime.prefill(c))
-        return ps
-
-    alone_ps = start()
+    contexts, tokens, limits = DRAFT_CONTEXTS, DRAFT_TOKENS, [4, 2, 4, 0]
+    alone_ps = begun_proposers(llm, params)
     alone = [p.propose(t, m) for p, t, m in zip(alone_ps, tokens, limits)]
-    batched = start()
+    batched = begun_proposers(llm, params)
     calls: list[int] = []
     block = batched[0].drafter.module_for(1).block
     real = type(block).forward_batch
