@@ -2,8 +2,8 @@
 
     .venv/bin/python scripts/step_cost_table.py --batch-sizes 1,4,16,32 --draft-lengths 0,5
 
-Each sequence has a `--context`-token prefix in a cache of max(512, context + 64) slots; a forward runs its k+1 new rows (k = 0 is
-a plain decode step), and is rolled back after. Best of `--repeats` after one warm-up. Also prints plain
+Each sequence has a `--context`-token prefix in a cache of max(512, context + 64) slots; a forward runs its
+k+1 new rows (k = 0 is a plain decode step), and is rolled back after. Best of `--repeats` after one warm-up. Also prints plain
 decoding's throughput ratio against B=1 (what batching can give before speculation).
 """
 
