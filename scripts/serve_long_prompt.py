@@ -1,20 +1,21 @@
-"""A very long prompt against a running `specdec serve`, while other streams run.
+"""A very long prompt against a running `specdec serve`, while short streams keep running.
 
     .venv/bin/python scripts/serve_long_prompt.py --base-url http://127.0.0.1:8765 --server-pid PID \\
-        --prompt-tokens 30000 --streams 4 --output out.json
+        --prompt-tokens 30000 --streams 1 --output out.json
 
-Starts `--streams` streaming completions (short prompts, 256 tokens each), then sends one completion whose
-prompt is about `--prompt-tokens` tokens of varied text. Reports whether the long request was served or
-refused (status and the error message, which must name the limit), how long it took, the server's peak
-resident memory (VmHWM of --server-pid) before and after, and for each stream the longest gap between two
-of its tokens and how many tokens it received while the long prompt was being read (continuous batching with
-chunked prefill: the streams must keep going).
+Starts `--streams` streaming completions (short prompts; each restarts when it ends, so they run throughout),
+measures their inter-token gaps alone for --baseline-seconds, then sends one completion whose prompt is about
+`--prompt-tokens` tokens of varied text. Reports whether the long request was served or refused (status, and
+the error message, which must name the limit), how long it took, the server's resident and peak resident
+memory (VmRSS, VmHWM of --server-pid) before and after, and the streams' gaps between chunks before and
+during the long request (mean, p90, max) with their ratio: chunked, paced prefill must keep the streams going.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import threading
 import time
 from pathlib import Path
@@ -22,23 +23,54 @@ from pathlib import Path
 import httpx
 
 
-def _peak_rss_mib(pid: int) -> float | None:
+def _memory_mib(pid: int, field: str) -> float | None:
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmHWM:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     except OSError:
         return None
     return None
 
 
-def _stream(url: str, model: str, prompt: str, times: list[float], done: threading.Event) -> None:
-    body = {"model": model, "prompt": prompt, "max_tokens": 256, "temperature": 0, "stream": True}
-    with httpx.Client(timeout=None) as client, client.stream("POST", f"{url}/v1/completions", json=body) as r:
-        for line in r.iter_lines():
-            if line.startswith("data: ") and line != "data: [DONE]":
-                times.append(time.perf_counter())
-    done.set()
+def _streams(url: str, model: str, prompt: str, times: list[float], stop: threading.Event) -> None:
+    body = {"model": model, "prompt": prompt, "max_tokens": 512, "temperature": 0, "stream": True,
+            "ignore_eos": True}
+    with httpx.Client(timeout=None) as client:
+        while not stop.is_set():
+            with client.stream("POST", f"{url}/v1/completions", json=body) as r:
+                last = None
+                for line in r.iter_lines():
+                    if stop.is_set():
+                        break
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        now = time.perf_counter()
+                        if last is not None:
+                            times.append(now)  # a gap ends here (a new stream's first chunk is not a gap)
+                        else:
+                            times.append(-now)
+                        last = now
+
+
+def _gaps(times: list[float], start: float, end: float) -> list[float]:
+    """Gaps between successive chunks of one stream that end within [start, end]."""
+    gaps, prev = [], None
+    for t in times:
+        if t < 0:  # the first chunk of a new request
+            prev = -t
+            continue
+        if prev is not None and start <= t <= end:
+            gaps.append(t - prev)
+        prev = t
+    return gaps
+
+
+def _summary(gaps: list[float]) -> dict[str, float | int | None]:
+    if not gaps:
+        return {"n": 0, "mean_s": None, "p90_s": None, "max_s": None}
+    ordered = sorted(gaps)
+    return {"n": len(gaps), "mean_s": round(statistics.fmean(gaps), 4),
+            "p90_s": round(ordered[int(0.9 * (len(ordered) - 1))], 4), "max_s": round(ordered[-1], 4)}
 
 
 def main() -> None:
@@ -46,45 +78,49 @@ def main() -> None:
     ap.add_argument("--base-url", required=True)
     ap.add_argument("--server-pid", type=int, default=None)
     ap.add_argument("--prompt-tokens", type=int, default=30000)
-    ap.add_argument("--streams", type=int, default=4)
+    ap.add_argument("--streams", type=int, default=1)
+    ap.add_argument("--baseline-seconds", type=float, default=15.0)
     ap.add_argument("--output", default=None)
     args = ap.parse_args()
     url = args.base_url.rstrip("/")
     model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
     words = [f"item{i % 997} is number {i}, and the note says {i * 7 % 113}." for i in range(args.prompt_tokens)]
-    # about 11-12 tokens per sentence in Gemma's tokenizer; trimmed to the asked length by the server's count
+    # about 11-12 tokens per sentence in Gemma's tokenizer
     long_prompt = " ".join(words[: args.prompt_tokens // 11]) + "\nSummarise the notes:"
-    rss_before = _peak_rss_mib(args.server_pid) if args.server_pid else None
-    streams = []
+    pid = args.server_pid
+    memory_before = {f: _memory_mib(pid, f) for f in ("VmRSS", "VmHWM")} if pid else {}
+    stop = threading.Event()
+    all_times: list[list[float]] = []
     for i in range(args.streams):
         times: list[float] = []
-        done = threading.Event()
-        t = threading.Thread(target=_stream, args=(url, model, f"Question: Tell me a story number {i}.\nAnswer:",
-                                                    times, done), daemon=True)
-        t.start()
-        streams.append((times, done))
-    while any(not times for times, _ in streams):  # every stream is producing before the long prompt arrives
+        all_times.append(times)
+        threading.Thread(target=_streams, args=(url, model, f"Question: Tell me a story number {i}.\nAnswer:",
+                                                times, stop), daemon=True).start()
+    while any(len(t) < 2 for t in all_times):
         time.sleep(0.05)
+    baseline_start = time.perf_counter()
+    time.sleep(args.baseline_seconds)
     start = time.perf_counter()
     r = httpx.post(f"{url}/v1/completions", json={"model": model, "prompt": long_prompt, "max_tokens": 16,
                                                    "temperature": 0}, timeout=None)
     end = time.perf_counter()
-    for _, done in streams:
-        done.wait()
+    stop.set()
     body = r.json()
+    before = [g for t in all_times for g in _gaps(t, baseline_start, start)]
+    during = [g for t in all_times for g in _gaps(t, start, end)]
+    b, d = _summary(before), _summary(during)
     report = {
         "prompt_tokens_asked": args.prompt_tokens,
         "status": r.status_code,
         "prompt_tokens": body.get("usage", {}).get("prompt_tokens"),
         "error": body.get("error"),
         "seconds": round(end - start, 2),
-        "server_peak_rss_mib_before": rss_before,
-        "server_peak_rss_mib_after": _peak_rss_mib(args.server_pid) if args.server_pid else None,
-        "streams": [{
-            "tokens": len(times),
-            "tokens_during_long_request": sum(start <= t <= end for t in times),
-            "longest_gap_s": round(max((b - a for a, b in zip(times, times[1:])), default=0.0), 3),
-        } for times, _ in streams],
+        "server_memory_mib_before": memory_before,
+        "server_memory_mib_after": {f: _memory_mib(pid, f) for f in ("VmRSS", "VmHWM")} if pid else {},
+        "gaps_before": b,
+        "gaps_during": d,
+        "mean_gap_ratio": round(d["mean_s"] / b["mean_s"], 3) if b["mean_s"] and d["mean_s"] else None,
+        "p90_gap_ratio": round(d["p90_s"] / b["p90_s"], 3) if b["p90_s"] and d["p90_s"] else None,
     }
     print(json.dumps(report, indent=1))
     if args.output:

@@ -215,3 +215,23 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
     assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
     assert llm.stats.acceptance_rate < 0.95
+
+
+def test_a_long_prompt_is_read_in_chunks_with_the_same_drafts(zoo, trained_bigram_drafter, monkeypatch):
+    """begin() reads the prompt in PROMPT_CHUNK pieces (a 30k-token prompt in one piece needs a 30k x 30k
+    score matrix per head): the drafter's cache and drafts are the same as in one piece."""
+    import specdec.drafting.eagle3 as eagle3
+
+    out, _ = trained_bigram_drafter
+    target = zoo.load("bigram")
+    prompt = {"prompt_token_ids": [s for sample in greedy_samples(target, 3, seed=11) for s in sample.prompt_ids][:45]}
+    params = SamplingParams(temperature=0.0, max_tokens=30, ignore_eos=True)
+    config = {"method": "eagle3", "model": str(out), "num_speculative_tokens": 4}
+    runs = {}
+    for chunk in (10_000, 7):
+        monkeypatch.setattr(eagle3, "PROMPT_CHUNK", chunk)
+        spec = LLM(loaded=target, speculative_config=config)
+        tokens = spec.generate(prompt, params)[0].outputs[0].token_ids
+        runs[chunk] = (tokens, spec.stats.num_draft_tokens, spec.stats.num_accepted_tokens)
+    assert runs[7] == runs[10_000]
+    assert runs[7][0] == LLM(loaded=target).generate(prompt, params)[0].outputs[0].token_ids

@@ -352,7 +352,7 @@ def test_bad_routes_and_methods(server):
     assert r.status_code == 405 and "not allowed" in r.json()["error"]["message"]
     r = httpx.get(server.base_url + "/v1/models/other")
     assert r.status_code == 404 and r.json()["error"]["code"] == "model_not_found"
-    r = httpx.post(server.base_url + C, content=b"x" * (5 * 1024 * 1024))
+    r = httpx.post(server.base_url + C, content=b"x" * (5 * 1024 * 1024), headers={"content-type": "application/json"})
     assert r.status_code == 413
 
 

@@ -109,17 +109,22 @@ def test_non_streamed_request_cancelled_when_its_client_gives_up(server):
 
 
 def test_a_prompt_whose_kv_cache_can_never_fit_gets_400_naming_the_limit(zoo):
-    """A long prompt beyond --kv-cache-memory-gib is refused up front (never admitted, nothing allocated)."""
+    """A long prompt beyond --kv-cache-memory-gib is refused up front (never admitted, nothing allocated):
+    the prompt limit itself comes from the KV budget (issue 24, item 1), a text far beyond it is refused before
+    it is tokenized, and a prompt that fits but whose max_tokens would not is refused too."""
     proc = ServerProcess(
         "--model", zoo.path("llama"), "--device", "cpu", "--threads", "1", "--served-model-name", "tiny",
         "--max-model-len", "2048", "--kv-cache-memory-gib", "0.0001",  # ~100 KiB: a few hundred tokens
     ).start()
     try:
         with httpx.Client(base_url=proc.base_url, timeout=60) as client:
-            body = {"model": "tiny", "prompt": "word " * 300, "max_tokens": 8}
-            r = client.post("/v1/completions", json=body)
-            assert r.status_code == 400
-            assert "kv_cache_memory_bytes" in r.json()["error"]["message"]
+            for prompt, words in [("word " * 300, "characters"), ("word " * 30, "tokens")]:  # 1 token per char
+                r = client.post("/v1/completions", json={"model": "tiny", "prompt": prompt, "max_tokens": 8})
+                assert r.status_code == 400
+                message = r.json()["error"]["message"]
+                assert words in message and "--kv-cache-memory-gib" in message, message
+            r = client.post("/v1/completions", json={"model": "tiny", "prompt": "word " * 20, "max_tokens": 1000})
+            assert r.status_code == 400 and "kv_cache_memory_bytes" in r.json()["error"]["message"]
             ok = client.post("/v1/completions", json={"model": "tiny", "prompt": "hi", "max_tokens": 4})
             assert ok.status_code == 200
     finally:

@@ -18,28 +18,19 @@ LIMITS = Limits(max_model_len=100, max_prompt_tokens=80, max_tokens_limit=60, vo
 
 # ---- streaming text ----
 
-def _stream(texts: list[str], stop=()) -> list[str]:
-    d = TextDeltas(stop)
-    return [d.update(t, i == len(texts) - 1) for i, t in enumerate(texts)]
-
-
 def test_deltas_concatenate_to_the_final_text():
+    d = TextDeltas()
     texts = ["He", "Hello", "Hello, w", "Hello, world"]
-    assert "".join(_stream(texts)) == "Hello, world"
-    assert _stream(texts) == ["He", "llo", ", w", "orld"]
-
-
-def test_a_split_character_is_held_back_until_complete():
-    deltas = _stream(["ab\ufffd", "abé", "abéc"])
-    assert deltas == ["ab", "é", "c"]
+    deltas = [d.update(t, len(t), i == len(texts) - 1) for i, t in enumerate(texts)]
+    assert deltas == ["He", "llo", ", w", "orld"]
 
 
 def test_a_possible_stop_string_prefix_is_held_back():
     # stop "\nUser:" (6 chars): the last 5 characters wait until the request ends
-    texts = ["Hi there", "Hi there\nUs", "Hi there"]  # the final text is cut at the stop string
-    deltas = _stream(texts, PLAIN_STOP)
-    assert deltas == ["Hi ", "the", "re"]  # "\nUs" never sent
-    assert "".join(deltas) == "Hi there"
+    d = TextDeltas(PLAIN_STOP)
+    assert d.update("Hi there", 8, False) == "Hi "
+    assert d.update("Hi there\nUs", 11, False) == "the"  # "\nUs" is not sent
+    assert d.update("Hi there\nUser:", 8, True) == "re"  # the output ends before the stop string
 
 
 # ---- metrics ----

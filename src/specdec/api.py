@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +28,7 @@ from specdec.scheduling.scheduler import (
     SchedulerConfig,
 )
 from specdec.speculative_config import SpeculativeConfig
+from specdec.value_checks import as_int, token_ids
 
 Prompt = str | dict[str, Any]  # text, or {"prompt_token_ids": [...]} like vLLM's TokensPrompt
 
@@ -56,10 +57,11 @@ class LLM:
 
     Args:
         model: "gemma-3-270m" (default), a GGUF file, a local Hugging Face folder or a hub id.
-        speculative_config: vLLM-style dict (or SpeculativeConfig); None means plain decoding.
+        speculative_config: vLLM-style dict, the same as JSON text, or a SpeculativeConfig; None means plain
+            decoding.
         dtype: "bfloat16" (default) or "float32".
         device: "cpu", "cuda", ...; default CUDA when available.
-        max_model_len: longest prompt + max_tokens accepted; default the model's max_position_embeddings.
+        max_model_len: longest prompt + max_tokens accepted (>= 2); None: the model's max_position_embeddings.
         max_num_seqs: sequences `generate` runs at once in one batched forward (continuous batching).
         max_num_batched_tokens: rows per step (verification rows, then prefill chunks).
         kv_cache_memory_bytes: the running sequences' KV caches together (admission waits beyond it).
@@ -68,7 +70,7 @@ class LLM:
     def __init__(
         self,
         model: str = DEFAULT_MODEL,
-        speculative_config: dict[str, Any] | SpeculativeConfig | None = None,
+        speculative_config: dict[str, Any] | str | SpeculativeConfig | None = None,
         dtype: str = "bfloat16",
         device: str | None = None,
         max_model_len: int | None = None,
@@ -77,9 +79,15 @@ class LLM:
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
     ) -> None:
-        if isinstance(speculative_config, dict):
-            speculative_config = SpeculativeConfig.from_dict(speculative_config)
+        speculative_config = SpeculativeConfig.from_value(speculative_config)
         self.speculative_config = speculative_config
+        # every argument is checked before the (slow) model load
+        if max_model_len is not None:
+            max_model_len = _check_max_model_len(max_model_len)
+        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, kv_cache_memory_bytes)
+        problems = self.scheduler_config.problems()
+        if problems:
+            raise ValueError("; ".join(problems))
         self.model = loaded if loaded is not None else load_model(model, dtype=dtype, device=device)
         self.tokenizer = self.model.tokenizer
         self.runtime = self.model.new_runtime()
@@ -91,14 +99,12 @@ class LLM:
             cls = get_method(speculative_config.method)
             self.proposer = cls(speculative_config.options, self.model)
         text_config = self.model.config.get_text_config()
-        self.max_model_len = max_model_len or getattr(text_config, "max_position_embeddings", None)
+        if max_model_len is None:
+            max_model_len = getattr(text_config, "max_position_embeddings", None)
+        self.max_model_len = max_model_len
         self.eos_token_ids = _eos_ids(self.model)
         self.stats = SpecDecodingStats()
         self._ids = itertools.count()
-        self.scheduler_config = SchedulerConfig(max_num_seqs, max_num_batched_tokens, kv_cache_memory_bytes)
-        problems = self.scheduler_config.problems()
-        if problems:
-            raise ValueError("; ".join(problems))
         self._policy: DraftLengthPolicy | None = None
         self._scheduler: BatchScheduler | None = None
         self._scheduler_proposer: Proposer | None = None
@@ -178,9 +184,7 @@ class LLM:
         if isinstance(prompt, str):
             return prompt, list(self.tokenizer(prompt).input_ids)
         if isinstance(prompt, dict) and "prompt_token_ids" in prompt:
-            ids = [int(t) for t in prompt["prompt_token_ids"]]
-            if any(not 0 <= t < self.model.vocab_size for t in ids):
-                raise ValueError(f"prompt_token_ids must be in [0, {self.model.vocab_size})")
+            ids = token_ids(prompt["prompt_token_ids"], "prompt_token_ids", self.model.vocab_size)
             return prompt.get("prompt"), ids
         raise ValueError("a prompt is a string or a dict with 'prompt_token_ids'")
 
@@ -208,7 +212,7 @@ class LLM:
         if sampling_params is None or isinstance(sampling_params, SamplingParams):
             params_list = [sampling_params or SamplingParams()] * len(prompts)
         else:
-            params_list = list(sampling_params)
+            params_list = _params_list(sampling_params)
             if len(params_list) != len(prompts):
                 raise ValueError(f"{len(params_list)} sampling params for {len(prompts)} prompts")
         encoded = [self.encode(p) for p in prompts]
@@ -238,6 +242,22 @@ class LLM:
             self.stats.merge(step.stats)
             outputs.append(_request_output(str(next(self._ids)), text, tokens, step))
         return outputs
+
+
+def _check_max_model_len(value: Any) -> int:
+    # an explicit 0 once meant "the default" (a falsy test); the smallest usable length is one prompt token
+    # plus one generated token
+    length = as_int(value)
+    if length is None or length < 2:
+        raise ValueError(f"max_model_len must be an int >= 2 (or None for the model's own), got {value!r}")
+    return length
+
+
+def _params_list(value: Any) -> list[SamplingParams]:
+    items = None if isinstance(value, (str, bytes, Mapping)) or not isinstance(value, Iterable) else list(value)
+    if items is None or not all(isinstance(p, SamplingParams) for p in items):
+        raise ValueError(f"sampling_params must be a SamplingParams or a list of them, got {type(value).__name__}")
+    return items
 
 
 def _request_output(request_id: str, prompt: str | None, prompt_ids: list[int], step: StepOutput) -> RequestOutput:

@@ -1,5 +1,5 @@
-"""`specdec generate | bench | bench serve | serve | demo`: the command line. Subcommands import their heavy
-modules lazily."""
+"""`specdec generate | bench | bench serve | bench soak | serve | demo`: the command line. Subcommands
+import their heavy modules lazily."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import argparse
 import json
 import sys
 
+from specdec.cli_errors import run_reporting_errors
 from specdec.defaults import DEFAULT_MODEL, DTYPE_NAMES
 
 
@@ -29,7 +30,7 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
 def parse_speculative_config(text: str | None):
     from specdec.speculative_config import SpeculativeConfig
 
-    return None if text is None else SpeculativeConfig.from_json(text)
+    return None if text is None else SpeculativeConfig.from_json(text, "--speculative-config")
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -81,12 +82,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     from specdec.bench.command import add_bench_parser
     from specdec.bench.serve_load import add_bench_serve_parser
+    from specdec.bench.soak import add_bench_soak_parser
     from specdec.demo import add_demo_parser
     from specdec.serving.server import add_serve_parser
     from specdec.training.commands import add_training_parsers
 
     add_bench_parser(sub)
     add_bench_serve_parser(sub)
+    add_bench_soak_parser(sub)
     add_serve_parser(sub)
     add_demo_parser(sub)
     add_training_parsers(sub)
@@ -94,19 +97,23 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs one command; errors come back as one line on stderr and an exit status (see cli_errors)."""
     argv = list(sys.argv[1:] if argv is None else argv)
-    if argv[:2] == ["bench", "serve"]:  # `specdec bench serve ...` is the load test, spelled `bench-serve` inside
-        argv = ["bench-serve", *argv[2:]]
+    if argv[:2] in (["bench", "serve"], ["bench", "soak"]):  # spelled `bench-serve` / `bench-soak` inside
+        argv = [f"bench-{argv[1]}", *argv[2:]]
+    return run_reporting_errors(lambda: run(argv))
+
+
+def run(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "threads", None):
+    threads = getattr(args, "threads", None)
+    if threads is not None:  # not a truthiness test: --threads 0 is an error, not "torch's choice"
+        if threads < 1:
+            raise ValueError(f"--threads must be >= 1, got {threads}")
         import torch
 
-        torch.set_num_threads(args.threads)
-    try:
-        return int(args.func(args) or 0)
-    except ValueError as exc:
-        print(f"specdec: error: {exc}", file=sys.stderr)
-        return 2
+        torch.set_num_threads(threads)
+    return int(args.func(args) or 0)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ import dataclasses
 import json
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -51,11 +52,25 @@ class SpeculativeConfig:
         return out
 
     @classmethod
-    def from_json(cls, text: str) -> SpeculativeConfig:
+    def from_value(cls, value: Any) -> SpeculativeConfig | None:
+        """What `LLM(speculative_config=...)` takes: None (plain decoding), a SpeculativeConfig, a dict, or the
+        same JSON text as the CLI's --speculative-config."""
+        if value is None or isinstance(value, SpeculativeConfig):
+            return value
+        if isinstance(value, str):
+            return cls.from_json(value)
+        if isinstance(value, Mapping):
+            return cls.from_dict(dict(value))
+        raise ValueError("speculative_config must be a dict, a JSON string or a SpeculativeConfig, "
+                         f"got {type(value).__name__}")
+
+    @classmethod
+    def from_json(cls, text: str, source: str = "speculative_config") -> SpeculativeConfig:
+        """`source` names the text in errors (the CLI passes its flag)."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
-            raise ValueError(f"--speculative-config is not valid JSON: {exc}") from exc
+            raise ValueError(f"{source} is not valid JSON: {exc}") from exc
         return cls.from_dict(data)
 
     @classmethod

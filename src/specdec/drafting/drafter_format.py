@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import torch
 from safetensors.torch import load_file, save_file
 
+from specdec.atomic_write import replace_directory
+
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
 
@@ -72,10 +74,14 @@ def check_verifier(directory: Path, saved: dict[str, Any], target: LoadedModel) 
 
 
 def save_drafter(directory: Path, config: dict[str, Any], tensors: dict[str, torch.Tensor]) -> None:
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(directory / WEIGHTS_FILE))
-    (directory / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+    """Writes the drafter atomically: a crash leaves the old complete drafter or the new one, never new
+    weights beside an old config; the directory's other files (model card, training log) stay."""
+
+    def write(folder: Path) -> None:
+        save_file({k: v.detach().contiguous().cpu() for k, v in tensors.items()}, str(folder / WEIGHTS_FILE))
+        (folder / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
+
+    replace_directory(Path(directory), write)
 
 
 def load_drafter(directory: str | Path, expected_type: str) -> tuple[dict[str, Any], dict[str, torch.Tensor]]:

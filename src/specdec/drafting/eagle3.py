@@ -69,6 +69,9 @@ class Eagle3Options:
         return out
 
 
+PROMPT_CHUNK = 512  # prompt positions the drafter reads per call at begin()
+
+
 @register("eagle3")
 class Eagle3Proposer(Proposer):
     Options = Eagle3Options
@@ -108,14 +111,19 @@ class Eagle3Proposer(Proposer):
         # The prompt's positions but the last go through the drafter now, with the prefill: their next tokens
         # are known, and steps then only catch up on what the last verification kept (a drafting cost that
         # the auto policy measures per token would otherwise start with a whole prompt's worth).
+        # In chunks of PROMPT_CHUNK positions: one pass over a 30k-token prompt would need a 30k x 30k score
+        # matrix per head.
         if len(prompt) > 1:
             n = len(prompt) - 1
             features, self.pending = self.pending[:n], self.pending[n:]
             dev = self.target.device
             with torch.inference_mode():
-                self.drafter.step(self.drafter.fuse(features), torch.as_tensor(list(prompt[1:]), device=dev),
-                                  torch.arange(n, device=dev), self.cache,
-                                  torch.ones(n, n, dtype=torch.bool, device=dev).tril())
+                for start in range(0, n, PROMPT_CHUNK):
+                    end = min(n, start + PROMPT_CHUNK)
+                    visible = torch.ones(end - start, end, dtype=torch.bool, device=dev).tril(start)
+                    self.drafter.step(self.drafter.fuse(features[start:end]),
+                                      torch.as_tensor(list(prompt[start + 1 : end + 1]), device=dev),
+                                      torch.arange(start, end, device=dev), self.cache, visible)
 
     def _logits(self, h: torch.Tensor) -> torch.Tensor:
         """float32 logits [n, vocab] over the draft vocabulary (and the context's tokens) of outputs h."""

@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specdec.engine.detokenizer import IncrementalDetokenizer
 from specdec.sampling_params import SamplingParams
 
 
@@ -19,7 +20,9 @@ class StopChecker:
     """Accepts tokens one by one and says where the output ends.
 
     EOS and stop token ids are kept in token_ids (as vLLM does) and left out of the text; a stop string
-    ends the text just before it, and token_ids end with the token that completed it.
+    ends the text just before it, and token_ids end with the token that completed it. The text is built
+    incrementally (engine/detokenizer.py) and each stop-string search reads only the new text plus the
+    longest stop string's length before it, so a request's text and stop checks cost O(n) in all.
     """
 
     def __init__(self, tokenizer: Any, params: SamplingParams, eos_token_ids: Sequence[int]) -> None:
@@ -29,6 +32,8 @@ class StopChecker:
         self.output: list[int] = []
         self.finish: Finish | None = None
         self.stop_text_end: int | None = None  # char offset where a stop string begins
+        self.detokenizer = IncrementalDetokenizer(tokenizer)
+        self.longest_stop = max((len(s) for s in params.stop), default=0)
 
     def extend(self, tokens: Sequence[int]) -> list[int]:
         """Appends tokens until the request finishes; returns the ones that belong to the output."""
@@ -39,20 +44,25 @@ class StopChecker:
             self.output.append(token)
             taken.append(token)
             if token in self.stop_ids:
-                self.finish = Finish("stop", token)
-            elif self.params.stop and self._hit_stop_string():
-                pass
-            elif len(self.output) >= self.params.max_tokens:
+                self.finish = Finish("stop", token)  # the token stays out of the text
+                break
+            searched = len(self.detokenizer.text)
+            if self.detokenizer.add([token]) and self.params.stop and self._hit_stop_string(searched):
+                break
+            if len(self.output) >= self.params.max_tokens:
                 self.finish = Finish("length")
+        if self.finish is not None and self.stop_text_end is None:
+            self.detokenizer.flush()  # a character left incomplete at the end decodes as U+FFFD, as in decode()
         return taken
 
-    def _hit_stop_string(self) -> bool:
-        # The whole text is searched, not only its new tail: decoding is not append-only (a character split
-        # over byte tokens decodes as U+FFFD until its last byte arrives, and then replaces it).
-        text = self.tokenizer.decode(self.output, skip_special_tokens=True)
+    def _hit_stop_string(self, searched: int) -> bool:
+        # No stop string occurs in the first `searched` characters (checked before), so a new one ends in the
+        # new text and starts at most longest_stop - 1 characters before it.
+        text = self.detokenizer.text
+        start = max(0, searched - self.longest_stop + 1)
         best = None
         for s in self.params.stop:
-            i = text.find(s)
+            i = text.find(s, start)
             if i >= 0 and (best is None or i < best[0]):
                 best = (i, s)
         if best is None:
@@ -61,9 +71,10 @@ class StopChecker:
         self.finish = Finish("stop", best[1])
         return True
 
+    @property
+    def text_end(self) -> int:
+        """How much of `detokenizer.text` belongs to the output (all of it, unless a stop string cut it)."""
+        return len(self.detokenizer.text) if self.stop_text_end is None else self.stop_text_end
+
     def text(self) -> str:
-        ids = self.output
-        if self.finish is not None and isinstance(self.finish.stop_reason, int):
-            ids = ids[:-1]  # an EOS or stop token id stays out of the text even when it is not a special token
-        text = self.tokenizer.decode(ids, skip_special_tokens=True)
-        return text if self.stop_text_end is None else text[: self.stop_text_end]
+        return self.detokenizer.text[: self.text_end]

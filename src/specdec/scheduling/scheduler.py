@@ -7,7 +7,9 @@ Each step:
 2. gives every decoding sequence its draft length (the draft-length policy) and one verification step;
 3. fills what is left of `max_num_batched_tokens` with prefill chunks of admitted prompts, oldest first
    (chunked prefill: a long prompt is read in pieces between decode steps, so running streams keep
-   producing tokens, and a chunk's attention scores stay within `max_attention_elements`);
+   producing tokens, and a chunk's attention scores stay within `max_attention_elements`); with
+   `prefill_pacing` set (the server sets it), while sequences decode a step's prefill rows are further cut so
+   that the step takes at most (1 + prefill_pacing) times a step without them (scheduling/prefill_pacing.py);
 4. runs the step (engine/step.py) and retires finished or aborted sequences, whose runtime and proposer
    go back to a pool for the next request.
 
@@ -17,6 +19,7 @@ The same scheduler serves `LLM.generate` (all prompts submitted at once) and `sp
 from __future__ import annotations
 
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +31,8 @@ from specdec.engine.step import StepOutput, Work, run_step, scores_head_early
 from specdec.models.runtime import ModelRuntime
 from specdec.sampling_params import SamplingParams
 from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthPolicy, FixedDraftLength
+from specdec.scheduling.prefill_pacing import PrefillPacing
+from specdec.value_checks import as_int
 
 DEFAULT_KV_CACHE_BYTES = 4 << 30
 # Rows per step. On a CPU a step's time grows with its rows (compute-bound from a few dozen rows on), so this
@@ -43,15 +48,16 @@ class SchedulerConfig:
     max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS  # rows per step: verification rows first, then prefill chunks
     kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES  # the running sequences' KV caches together
     max_attention_elements: int = 1 << 24  # a prefill chunk's rows x cache slots (its score matrix)
+    prefill_pacing: float | None = None  # while sequences decode, prefill may slow a step by this share at most
 
     def problems(self) -> list[str]:
         out = []
-        if self.max_num_seqs < 1:
-            out.append(f"max_num_seqs must be >= 1, got {self.max_num_seqs}")
-        if self.max_num_batched_tokens < MAX_TOKENS_PER_FORWARD:
-            out.append(f"max_num_batched_tokens must be >= {MAX_TOKENS_PER_FORWARD}, got {self.max_num_batched_tokens}")
-        if self.kv_cache_memory_bytes < 1:
-            out.append("kv_cache_memory_bytes must be positive")
+        for name, least in (("max_num_seqs", 1), ("max_num_batched_tokens", MAX_TOKENS_PER_FORWARD),
+                            ("kv_cache_memory_bytes", 1), ("max_attention_elements", 1)):
+            value = getattr(self, name)
+            number = as_int(value)  # None, floats and bools are refused, not compared or truncated
+            if number is None or number < least:
+                out.append(f"{name} must be an int >= {least}, got {value!r}")
         return out
 
 
@@ -95,6 +101,8 @@ class BatchScheduler:
         self._proposers: list[Proposer] = []
         self._ids = itertools.count()
         self.num_speculative_tokens = num_speculative_tokens
+        pacing = self.config.prefill_pacing
+        self.pacing = PrefillPacing(pacing) if pacing is not None else None
 
     # ---- requests ----
 
@@ -151,7 +159,11 @@ class BatchScheduler:
         decoding = [s for s in self.running if not s.prefilling]
         caps = [min(s.room, MAX_TOKENS_PER_FORWARD - 1) if s.proposer is not None else 0 for s in decoding]
         prefilling = [s for s in self.running if s.prefilling]
-        prefill_rows = min(sum(self._chunk(s) for s in prefilling), max(budget - len(decoding), 0))
+        paced = self.pacing is not None and bool(decoding) and bool(prefilling)
+        prefill_cap = max(budget - len(decoding), 0)
+        if paced:
+            prefill_cap = min(prefill_cap, self.pacing.rows())
+        prefill_rows = min(sum(self._chunk(s) for s in prefilling), prefill_cap)
         lone = len(decoding) == 1 and not prefill_rows  # run_step verifies a lone greedy sequence early-exit
         lengths = self.policy.choose([s.stats for s in decoding], caps, prefill_rows, len(prefilling),
                                      early_exit=lone and scores_head_early(decoding[0])) if decoding else []
@@ -164,6 +176,7 @@ class BatchScheduler:
             nodes = k if isinstance(self.policy, AutoDraftLength) else None  # auto prices a draft by its rows
             work.append(Work(seq, draft_limit=k, max_tree_nodes=nodes))
             budget -= 1 + k
+        budget = min(budget, prefill_cap)
         for seq in self.running:
             if seq.prefilling and budget > 0:
                 chunk = min(self._chunk(seq), budget)
@@ -173,7 +186,11 @@ class BatchScheduler:
         before = {} if not auto else {
             w.seq.request_id: (list(w.seq.stats.accepted_per_position), list(w.seq.stats.drafted_per_position),
                                w.seq.stats.draft_seconds, w.seq.stats.num_draft_tokens) for w in work}
+        started = time.perf_counter()
         outputs = run_step(work)
+        if self.pacing is not None and decoding:
+            chunked = sum(w.chunk for w in work)
+            self.pacing.observe(time.perf_counter() - started, chunked)
         if auto:
             for w in work:
                 if not w.seq.prefilling and w.seq.request_id in before:

@@ -1,6 +1,8 @@
 """The FastAPI app: OpenAI's /v1/completions, /v1/chat/completions and /v1/models, plus /health, /version
-and /metrics. Request bodies are parsed and checked here (400 for anything wrong, 404 for another model,
-413 for a huge body, 429 when the queue is full); generation happens on the scheduler's worker thread.
+and /metrics. Request bodies are parsed and checked here (400 for anything wrong, 401 without the API key,
+404 for another model, 408 for a body that does not arrive in time, 413 for a huge body, 415 for one that is
+not JSON, 429 when the queue is full, 503 when the worker is down). Tokenizing runs on a small thread pool
+(serving/tokenizer_pool.py) and generation on the scheduler's worker thread: the event loop only moves bytes.
 """
 
 from __future__ import annotations
@@ -20,27 +22,36 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from specdec import __version__
+from specdec.serving.access import install_access_control
 from specdec.serving.chat_template import render_chat
 from specdec.serving.errors import APIError, bad_request, error_body, install_error_handlers, logger
+from specdec.serving.generation import Generation, StepEvent
 from specdec.serving.metrics import CONTENT_TYPE_LATEST, ServerMetrics
+from specdec.serving.openapi_schema import install_request_schemas, request_body
 from specdec.serving.responses import ResponseBuilder, spec_figures, usage
-from specdec.serving.scheduler import Generation, Scheduler, StepEvent
+from specdec.serving.scheduler import Scheduler, worker_down
 from specdec.serving.schemas import ChatCompletionRequest, CompletionRequest, Limits, parse_request
+from specdec.serving.tokenizer_pool import TokenizerPool
 
 MAX_BODY_BYTES = 4 * 1024 * 1024
+DEFAULT_BODY_TIMEOUT = 30.0  # seconds to receive a whole request body
 CLIENT_CLOSED = 499  # nginx's "client closed request": nobody reads it, the access log shows it
+LIVENESS_POLL = 1.0  # seconds between checks that the worker is alive while a handler waits for events
 
 
 @dataclass
 class ServerState:
     model_name: str  # the name clients send as `model`
     model_path: str
-    tokenizer: Any  # the event loop's own copy (the worker thread decodes with the model's)
+    tokenizers: TokenizerPool  # copies of the tokenizer for the request threads (the worker decodes with the model's)
     limits: Limits
     scheduler: Scheduler
     metrics: ServerMetrics
     speculative_config: dict[str, Any] | None
     created: int
+    api_key: str | None = None
+    allowed_hosts: list[str] | None = None
+    body_timeout: float = DEFAULT_BODY_TIMEOUT
 
     @property
     def method(self) -> str | None:
@@ -54,21 +65,27 @@ class ServerState:
 def create_app(state: ServerState) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI):
-        if not state.scheduler.alive:
+        started_here = not state.scheduler.alive  # a worker started by its owner (a test) is left running
+        if started_here:
             state.scheduler.start()
         yield
-        state.scheduler.stop()
+        if started_here:
+            state.scheduler.stop()
 
     app = FastAPI(title="specdec", version=__version__, lifespan=lifespan)
     app.state.specdec = state
     rejected = state.metrics.request_rejected
-    install_error_handlers(app, on_error=lambda status, _type: rejected.labels(
-        **state.metrics.labels, status=str(status)).inc())
+
+    def count_rejection(status: int) -> None:
+        rejected.labels(**state.metrics.labels, status=str(status)).inc()
+
+    install_error_handlers(app, on_error=lambda status, _type: count_rejection(status))
+    install_access_control(app, state.api_key, state.allowed_hosts, on_reject=count_rejection)
 
     @app.get("/health")
     async def health() -> JSONResponse:
         if not state.scheduler.alive:
-            raise APIError(503, "the generation worker is not running", code="worker_down")
+            raise worker_down(state.scheduler.died)
         return JSONResponse({"status": "ok"})
 
     @app.get("/version")
@@ -95,14 +112,15 @@ def create_app(state: ServerState) -> FastAPI:
         _check_model(state, model)
         return JSONResponse(model_card())
 
-    @app.post("/v1/completions")
+    @app.post("/v1/completions", openapi_extra=request_body(CompletionRequest))
     async def completions(request: Request) -> Response:
         return await _generate(state, request, "completion")
 
-    @app.post("/v1/chat/completions")
+    @app.post("/v1/chat/completions", openapi_extra=request_body(ChatCompletionRequest))
     async def chat_completions(request: Request) -> Response:
         return await _generate(state, request, "chat")
 
+    install_request_schemas(app, [CompletionRequest, ChatCompletionRequest])
     return app
 
 
@@ -112,15 +130,21 @@ def _check_model(state: ServerState, model: str) -> None:
                        param="model", code="model_not_found")
 
 
-async def _read_json(request: Request) -> Any:
+async def _read_json(request: Request, timeout: float) -> Any:
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise APIError(413, f"the request body is {length} bytes, more than the {MAX_BODY_BYTES} accepted")
-    body = b""
-    async for chunk in request.stream():
-        body += chunk
-        if len(body) > MAX_BODY_BYTES:
-            raise APIError(413, f"the request body is more than the {MAX_BODY_BYTES} bytes accepted")
+    chunks, size = [], 0
+    try:
+        with anyio.fail_after(timeout):  # a client that trickles its body must not hold the connection forever
+            async for chunk in request.stream():
+                chunks.append(chunk)
+                size += len(chunk)
+                if size > MAX_BODY_BYTES:
+                    raise APIError(413, f"the request body is more than the {MAX_BODY_BYTES} bytes accepted")
+    except TimeoutError:
+        raise APIError(408, f"the request body did not arrive within {timeout:g} s") from None
+    body = b"".join(chunks)
     if not body.strip():
         raise bad_request("the request body is empty; send a JSON object")
     try:
@@ -129,6 +153,14 @@ async def _read_json(request: Request) -> Any:
         raise bad_request(f"the request body is not valid JSON: {exc}") from None
     except RecursionError:
         raise bad_request("the request body is nested too deeply") from None
+
+
+def check_prompt_chars(limits: Limits, chars: int, param: str) -> None:
+    """The cheap bound before tokenizing: a text this long has more tokens than any prompt may."""
+    if limits.max_prompt_chars is not None and chars > limits.max_prompt_chars:
+        raise bad_request(f"the {param} has {chars} characters, more than {limits.max_prompt_tokens} tokens can hold: "
+                          f"this server's prompt limit is {limits.max_prompt_tokens} tokens (set by "
+                          f"{limits.prompt_limit_source})", param=param, code="context_length_exceeded")
 
 
 def tokenize(tokenizer: Any, text: str, param: str, **kwargs: Any) -> list[int]:
@@ -140,10 +172,11 @@ def tokenize(tokenizer: Any, text: str, param: str, **kwargs: Any) -> list[int]:
                           "Unicode (no lone surrogates)?", param=param) from None
 
 
-def _prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
+async def _prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
     prompt = req.prompt_input()
     if isinstance(prompt, str):
-        ids = tokenize(state.tokenizer, prompt, "prompt")
+        check_prompt_chars(state.limits, len(prompt), "prompt")
+        ids = await state.tokenizers.run(lambda tok: tokenize(tok, prompt, "prompt"))
     else:
         vocab = state.limits.vocab_size
         bad = [t for t in prompt if not 0 <= t < vocab]
@@ -157,35 +190,57 @@ def _prompt_ids(state: ServerState, req: CompletionRequest) -> list[int]:
 
 async def _generate(state: ServerState, request: Request, kind: str) -> Response:
     arrival = time.monotonic()
-    body = await _read_json(request)
+    body = await _read_json(request, state.body_timeout)
     if kind == "chat":
         req = parse_request(ChatCompletionRequest, body)
         _check_model(state, req.model)
-        rendered = render_chat(state.tokenizer, req.message_texts())
+        messages = req.message_texts()
+        check_prompt_chars(state.limits, sum(len(m["content"]) for m in messages), "messages")
+        rendered = await state.tokenizers.run(partial(render_chat, messages=messages))
         ids, extra_stop, default_max = rendered.token_ids, rendered.stop, None
     else:
         req = parse_request(CompletionRequest, body)
         _check_model(state, req.model)
-        ids, extra_stop, default_max = _prompt_ids(state, req), [], 16  # OpenAI's default for completions
+        ids, extra_stop, default_max = await _prompt_ids(state, req), [], 16  # OpenAI's default for completions
     params = req.sampling_params(state.limits, len(ids), default_max, extra_stop)
     request_id = uuid.uuid4().hex
     gen = Generation(request_id, ids, params, arrival, asyncio.get_running_loop())
     state.scheduler.submit(gen)
-    builder = ResponseBuilder(kind, request_id, state.model_name)
-    headers = {"X-Request-Id": request_id}
-    if req.stream:
-        stream = _sse(state, gen, builder, req.include_usage)
-        return SSEResponse(stream, on_close=partial(state.scheduler.cancel, gen), headers=headers)
-    final = await _wait_final(state, gen, request)
-    if final is None:
-        return Response(status_code=CLIENT_CLOSED)
-    if final.error is not None:
-        raise final.error if isinstance(final.error, APIError) else APIError(
-            500, f"generation failed: {type(final.error).__name__}: {final.error}", code="generation_failed")
-    spec = spec_figures(final.stats, state.method, state.num_speculative_tokens)
-    body = builder.full(final.text, final.finish_reason, final.stop_reason,
-                        usage(len(ids), final.num_output_tokens), spec)
-    return JSONResponse(body, headers=headers)
+    streaming = False
+    try:
+        builder = ResponseBuilder(kind, request_id, state.model_name)
+        headers = {"X-Request-Id": request_id}
+        if req.stream:
+            stream = _sse(state, gen, builder, req.include_usage)
+            response = SSEResponse(stream, on_close=partial(state.scheduler.release, gen), headers=headers)
+            streaming = True  # from here the response releases the generation when it ends
+            return response
+        final = await _wait_final(state, gen, request)
+        if final is None:
+            return Response(status_code=CLIENT_CLOSED)
+        if final.error is not None:
+            raise final.error if isinstance(final.error, APIError) else APIError(
+                500, f"generation failed: {type(final.error).__name__}: {final.error}", code="generation_failed")
+        spec = spec_figures(final.stats, state.method, state.num_speculative_tokens)
+        body = builder.full(final.text or "", final.finish_reason, final.stop_reason,
+                            usage(len(ids), final.num_output_tokens), spec)
+        return JSONResponse(body, headers=headers)
+    finally:
+        if not streaming:
+            state.scheduler.release(gen)
+
+
+async def _events(state: ServerState, gen: Generation) -> AsyncIterator[StepEvent]:
+    """The generation's events until its last one; an error event if the worker dies without a word."""
+    while True:
+        events = await gen.take(LIVENESS_POLL)
+        if not events and not gen.done and not state.scheduler.alive:
+            yield StepEvent("", 0, error=worker_down(state.scheduler.died))
+            return
+        for event in events:
+            yield event
+            if event.final:
+                return
 
 
 async def _listen_for_disconnect(request: Request) -> None:
@@ -197,20 +252,22 @@ async def _listen_for_disconnect(request: Request) -> None:
 
 async def _wait_final(state: ServerState, gen: Generation, request: Request) -> StepEvent | None:
     """The last event of a non-streamed request, or None when its client went away (then it is cancelled)."""
+
+    async def last() -> StepEvent:
+        event = None
+        async for event in _events(state, gen):
+            pass
+        assert event is not None
+        return event
+
     gone = asyncio.ensure_future(_listen_for_disconnect(request))
+    final = asyncio.ensure_future(last())
     try:
-        while True:
-            get = asyncio.ensure_future(gen.events.get())
-            done, _ = await asyncio.wait({get, gone}, return_when=asyncio.FIRST_COMPLETED)
-            if get not in done:
-                get.cancel()
-                state.scheduler.cancel(gen)
-                return None
-            event = get.result()
-            if event.error is not None or event.finish_reason is not None:
-                return event
+        done, _ = await asyncio.wait({final, gone}, return_when=asyncio.FIRST_COMPLETED)
+        return final.result() if final in done else None
     finally:
         gone.cancel()
+        final.cancel()
         if not gen.done:
             state.scheduler.cancel(gen)
 
@@ -220,13 +277,9 @@ def _sse_line(data: dict[str, Any] | str) -> str:
 
 
 async def _sse(state: ServerState, gen: Generation, builder: ResponseBuilder, include_usage: bool) -> AsyncIterator[str]:
-    from specdec.serving.text_stream import TextDeltas
-
-    deltas = TextDeltas(gen.params.stop)
     if builder.chat:
         yield _sse_line(builder.chunk("", role=True, include_usage=include_usage))
-    while True:
-        event = await gen.events.get()
+    async for event in _events(state, gen):
         if event.error is not None:
             exc = event.error
             message = exc.message if isinstance(exc, APIError) else f"generation failed: {type(exc).__name__}: {exc}"
@@ -234,17 +287,15 @@ async def _sse(state: ServerState, gen: Generation, builder: ResponseBuilder, in
             break
         if event.finish_reason == "abort":
             break
-        finished = event.finish_reason is not None
-        delta = deltas.update(event.text, finished)
-        if finished:
+        if event.finish_reason is not None:
             spec = spec_figures(event.stats, state.method, state.num_speculative_tokens)
-            yield _sse_line(builder.chunk(delta if delta or not builder.chat else None, event.finish_reason,
-                                          include_usage=include_usage, spec=spec))
+            yield _sse_line(builder.chunk(event.delta if event.delta or not builder.chat else None,
+                                          event.finish_reason, include_usage=include_usage, spec=spec))
             if include_usage:
                 yield _sse_line(builder.usage_chunk(usage(len(gen.prompt_ids), event.num_output_tokens), spec))
             break
-        if delta:
-            yield _sse_line(builder.chunk(delta, include_usage=include_usage))
+        if event.delta:
+            yield _sse_line(builder.chunk(event.delta, include_usage=include_usage))
     yield _sse_line("[DONE]")
 
 

@@ -13,6 +13,8 @@ Counters (updated after every verification step, so they are live during long ge
 Gauges:
 
     specdec:num_requests_running, specdec:num_requests_waiting
+    specdec:num_requests_in_flight             accepted requests not yet fully answered: running, waiting, and
+                                               finished ones whose response is still being sent (the 429 limit)
     specdec:spec_decode_acceptance_rate        accepted / drafted tokens over the last --metrics-window seconds
     specdec:spec_decode_efficiency             vLLM's system efficiency over the same window:
                                                (accepted + drafts) / (drafts * (K + 1)), K = num_speculative_tokens;
@@ -129,6 +131,9 @@ class ServerMetrics:
                              labels, registry=r)
         self.waiting = Gauge(PREFIX + "num_requests_waiting", "Requests queued for a generation slot.", labels,
                              registry=r)
+        self.in_flight = Gauge(PREFIX + "num_requests_in_flight",
+                               "Accepted requests not yet fully answered (running, waiting, or still sending).",
+                               labels, registry=r)
         acceptance = Gauge(PREFIX + "spec_decode_acceptance_rate",
                            f"Accepted / drafted tokens over the last {window_seconds:g} s (NaN: no drafts).",
                            labels, registry=r)
@@ -153,6 +158,7 @@ class ServerMetrics:
             self.request_success.labels(**self.labels, finished_reason=reason)
         self.running_gauge = self.running.labels(**self.labels)
         self.waiting_gauge = self.waiting.labels(**self.labels)
+        self.in_flight_gauge = self.in_flight.labels(**self.labels)
 
     # ---- updates (from the worker thread and the event loop; prometheus_client is thread-safe) ----
 

@@ -7,14 +7,16 @@ are read in chunks between decode steps. Each request keeps its own KV cache and
 batched forward gives it the same bits as running alone, so greedy output equals `specdec generate`'s.
 Requests wait in a FIFO queue (at most `max_waiting`; beyond that the server answers 429).
 
-A request's handle (Generation) is shared with its HTTP handler: the worker posts one StepEvent per step
-onto the handler's asyncio queue; the handler cancels it when its client disconnects, and the worker aborts
-it at the next step boundary (or drops it from the queue before it starts); the others are unaffected.
+A request's handle (serving/generation.py) is shared with its HTTP handler: the worker posts one StepEvent
+per step (only the new text) into its mailbox; the handler cancels it when its client disconnects or stops
+reading for `stall_timeout` seconds, and the worker aborts it at the next step boundary (or drops it from the
+queue before it starts); the others are unaffected. A request counts against the 429 limit until its handler
+releases it, after the last event was sent. If the worker thread ever dies, every waiting handler gets an
+error, new requests get 503, and the log says why.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import threading
 import time
@@ -24,50 +26,22 @@ from dataclasses import dataclass, field
 from specdec.api import LLM
 from specdec.engine.step import StepOutput
 from specdec.engine.stats import SpecDecodingStats
-from specdec.sampling_params import SamplingParams
 from specdec.serving.errors import APIError
+from specdec.serving.generation import Generation, StepEvent
 from specdec.scheduling.scheduler import BatchScheduler
 from specdec.serving.metrics import ServerMetrics
+from specdec.serving.text_stream import TextDeltas
 
 logger = logging.getLogger("specdec.serving")
 
 
-@dataclass
-class StepEvent:
-    text: str  # the whole output text so far (stop strings cut, EOS left out)
-    num_output_tokens: int
-    finish_reason: str | None = None  # "stop", "length", or "abort" (cancelled)
-    stop_reason: int | str | None = None
-    stats: SpecDecodingStats | None = None  # the request's statistics, on the last event
-    error: BaseException | None = None
-
-
-class Generation:
-    """One request, from its HTTP handler (event loop thread) to the worker and back."""
-
-    def __init__(self, request_id: str, prompt_ids: list[int], params: SamplingParams, arrival: float,
-                 loop: asyncio.AbstractEventLoop) -> None:
-        self.request_id = request_id
-        self.prompt_ids = prompt_ids
-        self.params = params
-        self.arrival = arrival  # time.monotonic() when the HTTP request arrived
-        self.loop = loop
-        self.events: asyncio.Queue[StepEvent] = asyncio.Queue()
-        self.cancelled = threading.Event()
-        self.done = False  # set by the worker with the last event
-
-    def post(self, event: StepEvent) -> None:
-        if event.finish_reason is not None or event.error is not None:
-            self.done = True
-        try:
-            self.loop.call_soon_threadsafe(self.events.put_nowait, event)
-        except RuntimeError:  # the event loop is closed: the server is shutting down
-            pass
+DEFAULT_STALL_TIMEOUT = 60.0  # seconds a client may leave posted events unread before it is cancelled
 
 
 @dataclass
 class _Running:
     gen: Generation
+    deltas: TextDeltas
     last_time: float = 0.0
     prev: tuple[int, int, int, int] = (0, 0, 0, 0)  # steps, drafts, draft tokens, accepted
     prev_per_pos: list[int] = field(default_factory=list)
@@ -76,9 +50,11 @@ class _Running:
 
 class Scheduler:
     def __init__(self, llm: LLM, metrics: ServerMetrics, max_num_seqs: int = 4,
-                 max_waiting: int = 64, threads: int | None = None) -> None:
-        if max_num_seqs < 1 or max_waiting < 0:
-            raise ValueError("max_num_seqs must be >= 1 and max_waiting >= 0")
+                 max_waiting: int = 64, threads: int | None = None,
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT) -> None:
+        if max_num_seqs < 1 or max_waiting < 0 or not stall_timeout > 0:
+            raise ValueError("max_num_seqs must be >= 1, max_waiting >= 0 and stall_timeout > 0")
+        self.stall_timeout = stall_timeout
         self.llm = llm
         self.batch: BatchScheduler = llm.new_scheduler(max_num_seqs=max_num_seqs)
         self.metrics = metrics
@@ -88,9 +64,10 @@ class Scheduler:
         self.cond = threading.Condition()
         self.waiting: deque[Generation] = deque()
         self.running: dict[str, _Running] = {}
-        self.active = 0  # requests submitted and not yet retired (running + waiting + being admitted)
+        self.active = 0  # requests submitted and not yet released by their handlers
         self.stopping = False
         self.thread: threading.Thread | None = None
+        self.died: BaseException | None = None  # what ended the worker thread, if it died
 
     # ---- called from the event loop ----
 
@@ -101,6 +78,8 @@ class Scheduler:
         with self.cond:
             if self.stopping:
                 raise APIError(503, "the server is shutting down", code="shutting_down")
+            if not self.alive:
+                raise worker_down(self.died)
             if self.active >= self.max_num_seqs + self.max_waiting:
                 raise APIError(
                     429,
@@ -109,6 +88,7 @@ class Scheduler:
                     code="queue_full",
                 )
             self.active += 1
+            self.metrics.in_flight_gauge.set(self.active)
             self.waiting.append(gen)
             self.metrics.waiting_gauge.set(len(self.waiting))
             self.cond.notify()
@@ -119,6 +99,17 @@ class Scheduler:
         gen.cancelled.set()
         with self.cond:
             self.cond.notify()
+
+    def release(self, gen: Generation) -> None:
+        """The handler is done with `gen` (its response is sent, or its client left): it stops counting
+        against the 429 limit. Idempotent; a generation still running is cancelled."""
+        self.cancel(gen)
+        with self.cond:
+            if gen.released:
+                return
+            gen.released = True
+            self.active -= 1
+            self.metrics.in_flight_gauge.set(self.active)
 
     @property
     def alive(self) -> bool:
@@ -138,6 +129,21 @@ class Scheduler:
     # ---- the worker thread ----
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        except BaseException as exc:  # noqa: BLE001 - whatever ends the worker, no handler may wait forever
+            self.died = exc
+            logger.critical("the generation worker died (%s: %s); failing %d running and %d queued requests; "
+                            "/health and new requests answer 503 until the server is restarted",
+                            type(exc).__name__, exc, len(self.running), len(self.waiting), exc_info=True)
+            with self.cond:
+                gens = [entry.gen for entry in self.running.values()] + list(self.waiting)
+                self.running.clear()
+                self.waiting.clear()
+            for gen in gens:
+                gen.post(StepEvent("", 0, error=worker_down(exc)))
+
+    def _serve(self) -> None:
         if self.threads:
             import torch
 
@@ -157,7 +163,12 @@ class Scheduler:
                 self.metrics.waiting_gauge.set(len(self.waiting))
             for gen in admitted:
                 self._admit(gen)
+            now = time.monotonic()
             for rid, entry in list(self.running.items()):
+                unread = entry.gen.unread_for(now)
+                if unread > self.stall_timeout and not entry.gen.cancelled.is_set():
+                    logger.warning("request %s: its client has read nothing for %.0f s; cancelling it", rid, unread)
+                    entry.gen.cancelled.set()
                 if entry.gen.cancelled.is_set():
                     self.batch.abort(rid)
                     self._record_abort(entry.gen)
@@ -173,7 +184,6 @@ class Scheduler:
                     self.batch.abort(rid)
                     entry.gen.post(StepEvent("", 0, error=exc))
                     del self.running[rid]
-                    self._retire()
                 continue
             for rid, out in outputs.items():
                 entry = self.running.get(rid)
@@ -194,9 +204,8 @@ class Scheduler:
         except Exception as exc:
             logger.exception("could not start request %s", gen.request_id)
             gen.post(StepEvent("", 0, error=exc))
-            self._retire()
             return
-        self.running[gen.request_id] = _Running(gen)
+        self.running[gen.request_id] = _Running(gen, TextDeltas(gen.params.stop))
         self.metrics.h["queue_time"].observe(time.monotonic() - gen.arrival)
         self.metrics.c["prompt_tokens"].inc(len(gen.prompt_ids))
 
@@ -220,25 +229,20 @@ class Scheduler:
             for _ in range(n):
                 m.h["itl"].observe(gap)
         entry.last_time = now
-        finish = out.finish
-        event = StepEvent(out.checker.text(), len(out.checker.output))
+        finish, checker = out.finish, out.checker
+        delta = entry.deltas.update(checker.detokenizer.text, checker.text_end, finish is not None)
+        event = StepEvent(delta, len(checker.output))
         if finish is not None:
             event.finish_reason, event.stop_reason = finish.reason, finish.stop_reason
-            event.stats = _copy_stats(s)
+            event.stats, event.text = _copy_stats(s), checker.text()
             m.h["e2e"].observe(now - gen.arrival)
             m.request_success.labels(**m.labels, finished_reason=finish.reason).inc()
             del self.running[rid]
-            self._retire()
         gen.post(event)
 
     def _record_abort(self, gen: Generation) -> None:
         self.metrics.request_success.labels(**self.metrics.labels, finished_reason="abort").inc()
         gen.post(StepEvent("", 0, finish_reason="abort"))
-        self._retire()
-
-    def _retire(self) -> None:
-        with self.cond:
-            self.active -= 1
 
     def _abort_all(self) -> None:
         for rid, entry in list(self.running.items()):
@@ -248,6 +252,12 @@ class Scheduler:
         for gen in self.waiting:
             self._record_abort(gen)
         self.waiting.clear()
+
+
+def worker_down(cause: BaseException | None) -> APIError:
+    why = f" (it died: {type(cause).__name__}: {cause})" if cause is not None else ""
+    return APIError(503, f"the generation worker is not running{why}; the server must be restarted",
+                    code="worker_down")
 
 
 def _diff(now: list[int], before: list[int]) -> list[int]:

@@ -13,13 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from specdec.sampling_params import SamplingParams
+from specdec.sampling_params import MIN_TEMPERATURE, SamplingParams
 from specdec.serving.errors import APIError, bad_request
 
 MAX_STOP_STRINGS = 16
 MAX_STOP_LENGTH = 256
 SEED_RANGE = (0, 2**63 - 1)
-MIN_TEMPERATURE = 0.01  # vLLM's floor too (it raises smaller ones to 0.01; we say so instead)
 
 
 @dataclass(frozen=True)
@@ -28,6 +27,8 @@ class Limits:
     max_prompt_tokens: int
     max_tokens_limit: int  # the largest max_tokens a request may ask for
     vocab_size: int
+    max_prompt_chars: int | None = None  # longer prompt texts are refused before tokenizing (tokenizer_pool.py)
+    prompt_limit_source: str = "--max-prompt-tokens / --max-model-len"  # what sets max_prompt_tokens, for errors
 
 
 class _Strict(BaseModel):
@@ -107,7 +108,8 @@ class _CommonRequest(_Strict):
             raise bad_request(f"stop_token_ids must be in [0, {limits.vocab_size}), got {bad_ids}", param="stop_token_ids")
         if prompt_len > limits.max_prompt_tokens:
             raise bad_request(
-                f"the prompt has {prompt_len} tokens, more than this server's limit of {limits.max_prompt_tokens}",
+                f"the prompt has {prompt_len} tokens, more than this server's limit of {limits.max_prompt_tokens} "
+                f"(set by {limits.prompt_limit_source})",
                 param="messages" if isinstance(self, ChatCompletionRequest) else "prompt",
                 code="context_length_exceeded",
             )

@@ -50,10 +50,18 @@ def _context_vocab_arg(parser: argparse.ArgumentParser) -> None:
                              "scored too once seen, as the context_vocab option drafts at inference")
 
 
+def _check_output(args: argparse.Namespace) -> None:
+    """Refuses a non-empty --output before the target is loaded (training itself checks again)."""
+    from specdec.training.output_dir import check_output_dir
+
+    check_output_dir(Path(args.output), args.resume, args.overwrite)
+
+
 def cmd_train_eagle3(args: argparse.Namespace) -> int:
     from specdec.models.loading import load_model
     from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
 
+    _check_output(args)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     score_prompt = args.prompt_samples != 0
     load = _loader(args, target)
@@ -67,7 +75,7 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
     report = train_eagle3(target, load(), Path(args.output), _train_settings(args), options,
                           resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
                           cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
-                          reload=load if args.follow_data else None)
+                          reload=load if args.follow_data else None, overwrite=args.overwrite)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -101,12 +109,13 @@ def _layers(text: str | None) -> list[int] | None:
 def _run_training(args: argparse.Namespace, train_fn, options) -> int:
     from specdec.models.loading import load_model
 
+    _check_output(args)
     target = load_model(args.target, dtype=args.dtype, device=args.device)
     load = _loader(args, target)
     report = train_fn(target, load(), Path(args.output), _train_settings(args), options,
                       resume=args.resume, feature_cache=Path(args.feature_cache) if args.feature_cache else None,
                       cache_budget_bytes=int(args.cache_budget_gb * (1 << 30)),
-                      reload=load if args.follow_data else None)
+                      reload=load if args.follow_data else None, overwrite=args.overwrite)
     print(json.dumps(report, indent=1))
     return 0
 
@@ -181,6 +190,12 @@ def cmd_drafter_export_vllm(args: argparse.Namespace) -> int:
     return 0
 
 
+def _overwrite_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace what --output holds (a drafter, another run); without it a non-empty --output "
+                        "is refused")
+
+
 def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     """What every drafter training takes: target, data, output, the loop's settings, the feature cache."""
     p.add_argument("--target", default="gemma-3-270m")
@@ -188,6 +203,7 @@ def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
                                                    "commas (a prompt an earlier one had is skipped)")
     p.add_argument("--output", required=True, help="drafter directory + checkpoints")
     p.add_argument("--resume", action="store_true")
+    _overwrite_arg(p)
     p.add_argument("--epochs", type=float, default=1.0)
     p.add_argument("--lr", type=float, default=lr)
     p.add_argument("--warmup-steps", type=int, default=30)
@@ -260,6 +276,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
                                                     "commas (a prompt an earlier one had is skipped)")
     e3.add_argument("--output", required=True, help="drafter directory (speculators layout) + checkpoints")
     e3.add_argument("--resume", action="store_true")
+    _overwrite_arg(e3)
     e3.add_argument("--epochs", type=float, default=1.0)
     e3.add_argument("--lr", type=float, default=5e-4)
     e3.add_argument("--warmup-steps", type=int, default=30)

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import time
 from collections.abc import Collection
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from tqdm import tqdm
 
@@ -99,11 +100,29 @@ def _check_meta(out: Path, settings: DistillSettings) -> None:
 
 
 def _repair_tail(path: Path) -> None:
-    """Drops a last line left half-written by an interrupted run."""
-    if path.is_file() and path.stat().st_size:
-        data = path.read_bytes()
-        if not data.endswith(b"\n"):
-            path.write_bytes(data[: data.rfind(b"\n") + 1])
+    """Drops a last line left half-written by an interrupted run. Cut in place: the complete lines are
+    never rewritten, so a crash during the repair cannot lose the data set."""
+    if not path.is_file():
+        return
+    with path.open("r+b") as f:
+        size = f.seek(0, os.SEEK_END)
+        keep = _complete_length(f, size)
+        if keep < size:
+            f.truncate(keep)
+            os.fsync(f.fileno())
+
+
+def _complete_length(f: BinaryIO, size: int, chunk: int = 1 << 16) -> int:
+    """Bytes up to and including the last newline, read backwards from the end (not the whole file)."""
+    end = size
+    while end > 0:
+        start = max(0, end - chunk)
+        f.seek(start)
+        newline = f.read(end - start).rfind(b"\n")
+        if newline >= 0:
+            return start + newline + 1
+        end = start
+    return 0
 
 
 def generate_data(

@@ -117,7 +117,7 @@ def _prompt_tokens(target: LoadedModel, samples: list[Sample]) -> list[list[int]
 def train_eagle3(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
                  options: Eagle3TrainOptions, resume: bool = False, feature_cache: Path | None = None,
                  cache_budget_bytes: int = 4 << 30, progress: bool = True,
-                 reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+                 reload: Callable[[], Sequence[Sample]] | None = None, overwrite: bool = False) -> dict:
     objective = Eagle3Objective(target, samples, options, feature_cache, cache_budget_bytes)
     return train(objective, samples, output, settings, resume=resume, progress=progress,
-                 reload=reload)
+                 reload=reload, overwrite=overwrite)

@@ -142,7 +142,7 @@ class MedusaObjective:
 def train_medusa(target: LoadedModel, samples: list[Sample], output: Path, settings: TrainSettings,
                  options: MedusaTrainOptions, resume: bool = False, feature_cache: Path | None = None,
                  cache_budget_bytes: int = 4 << 30, progress: bool = True,
-                 reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
+                 reload: Callable[[], Sequence[Sample]] | None = None, overwrite: bool = False) -> dict:
     objective = MedusaObjective(target, samples, options, feature_cache, cache_budget_bytes)
     return train(objective, samples, output, settings, resume=resume, progress=progress,
-                 reload=reload)
+                 reload=reload, overwrite=overwrite)

@@ -19,11 +19,11 @@ from typing import Protocol
 import torch
 from tqdm import tqdm
 
+from specdec.atomic_write import write_text_atomic
+from specdec.training.checkpoint import load_checkpoint, save_checkpoint
+from specdec.training.output_dir import LOG_FILE, REPORT_FILE, STATE_FILE, check_output_dir, clear_previous_run
 from specdec.training.self_distill import Sample
-
-STATE_FILE = "training_state.pt"
-LOG_FILE = "train_log.jsonl"
-REPORT_FILE = "training_report.json"
+from specdec.training.train_log import append_record, truncate_log
 
 
 @dataclass
@@ -163,9 +163,11 @@ def response_coverage(objective: Objective, samples: Sequence[Sample]) -> float 
 def train(objective: Objective, samples: Sequence[Sample], output: Path, settings: TrainSettings,
           resume: bool = False, progress: bool = True,
           summarize: Callable[[list[float]], dict] | None = chain_summary,
-          reload: Callable[[], Sequence[Sample]] | None = None) -> dict:
-    """Trains; `reload`, when given, is called at every new epoch so data still being generated joins in."""
+          reload: Callable[[], Sequence[Sample]] | None = None, overwrite: bool = False) -> dict:
+    """Trains; `reload`, when given, is called at every new epoch so data still being generated joins in.
+    `output` must be new or empty, unless `resume` (continue its run) or `overwrite` (replace what is there)."""
     output = Path(output)
+    check_output_dir(output, resume, overwrite)
     output.mkdir(parents=True, exist_ok=True)
 
     def partition(items: Sequence[Sample]) -> tuple[list[Sample], list[Sample]]:
@@ -184,9 +186,7 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
     state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
     state_path = output / STATE_FILE
     if resume:
-        if not state_path.is_file():
-            raise FileNotFoundError(f"--resume: no {STATE_FILE} in {output}")
-        saved = torch.load(state_path, weights_only=False)
+        saved = load_checkpoint(state_path)
         fixed = {k: v for k, v in asdict(settings).items() if k != "max_steps"}  # the length may be extended
         if {k: v for k, v in saved["settings"].items() if k != "max_steps"} != fixed:
             raise ValueError(f"--resume with different settings: saved {saved['settings']}")
@@ -194,8 +194,10 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
         objective.after_load()
         opt.load_state_dict(saved["optimizer"])
         state = saved["progress"]
-    elif state_path.is_file():
-        raise FileExistsError(f"{output} already has a training run; pass --resume or use another --output")
+    elif overwrite:
+        clear_previous_run(output)
+    log_path = output / LOG_FILE
+    truncate_log(log_path, state["step"])  # the steps after the checkpoint are trained (and logged) again
 
     def order(epoch: int) -> list[int]:
         idx = list(range(len(train_set)))
@@ -203,16 +205,13 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
         return idx
 
     def checkpoint() -> None:
-        tmp = state_path.with_suffix(".tmp")
-        torch.save({"model": objective.model.state_dict(), "optimizer": opt.state_dict(), "progress": state,
-                    "settings": asdict(settings)}, tmp)
-        tmp.rename(state_path)
+        save_checkpoint(state_path, {"model": objective.model.state_dict(), "optimizer": opt.state_dict(),
+                                     "progress": state, "settings": asdict(settings)})
         objective.save(output, {"training": {**state, "total_steps": total_steps}})
 
     acc = Accuracy()
     bar = tqdm(total=total_steps, initial=state["step"], desc="train", unit="step", disable=not progress,
                dynamic_ncols=True)
-    log = (output / LOG_FILE).open("a")
     objective.model.train()
     pending_tokens, losses = 0, []
     started = time.perf_counter() - state["seconds"]
@@ -246,8 +245,7 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
                       "lr": opt.param_groups[0]["lr"], "acc": per_step, "tokens": state["tokens"],
                       "seconds": round(state["seconds"], 1)}
             losses = []
-            log.write(json.dumps(record) + "\n")
-            log.flush()
+            append_record(log_path, record)
             bar.update(1)
             bar.set_postfix(loss=f"{record['loss']:.3f}", acc="/".join(f"{a:.2f}" for a in per_step[:6]))
             if state["step"] % settings.checkpoint_every == 0:
@@ -256,7 +254,6 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
             state["epoch"] += 1
             state["position"] = 0
     bar.close()
-    log.close()
     state["seconds"] = time.perf_counter() - started
     report = {"steps": state["step"], "tokens_seen": state["tokens"], "train_samples": len(train_set),
               "train_tokens_per_epoch": tokens_per_epoch, "epochs": round(state["tokens"] / tokens_per_epoch, 2),
@@ -267,5 +264,5 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
             report["validation"].update(summarize(report["validation"]["step_accuracy"]))
     checkpoint()
     objective.save(output, {"training": report})
-    (output / REPORT_FILE).write_text(json.dumps(report, indent=1) + "\n")
+    write_text_atomic(output / REPORT_FILE, json.dumps(report, indent=1) + "\n")
     return report

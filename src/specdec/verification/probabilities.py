@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import torch
 
+from specdec.sampling_params import MIN_TEMPERATURE
+
 
 def sampling_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
     """[N, V] logits -> [N, V] float32 probabilities after temperature, then top-k, then top-p (vLLM's order).
@@ -11,8 +13,10 @@ def sampling_probs(logits: torch.Tensor, temperature: float, top_k: int = 0, top
     Top-k keeps every token tied with the k-th largest logit; top-p keeps the smallest set of most likely
     tokens whose mass reaches top_p (always at least one).
     """
-    if temperature <= 0:
-        raise ValueError("sampling_probs needs temperature > 0; temperature 0 is greedy (argmax)")
+    if not MIN_TEMPERATURE <= temperature < float("inf"):  # smaller ones overflow the division: NaN probabilities
+        raise ValueError(
+            f"sampling_probs needs a finite temperature >= {MIN_TEMPERATURE}; temperature 0 is greedy (argmax)"
+        )
     logits = logits.float() / temperature
     vocab = logits.shape[-1]
     if 0 < top_k < vocab:

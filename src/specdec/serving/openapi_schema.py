@@ -1,0 +1,37 @@
+"""The request bodies in /openapi.json.
+
+The generation routes read their bodies themselves (to answer every malformed body with an OpenAI error,
+not FastAPI's 422), so FastAPI cannot see their schemas. They are added here from the same pydantic models
+that parse the bodies, which lets clients and property fuzzers (schemathesis) see what the server takes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from pydantic import BaseModel
+
+REF = "#/components/schemas/{model}"
+
+
+def request_body(model: type[BaseModel]) -> dict[str, Any]:
+    """The route's `openapi_extra`: its JSON body is `model`."""
+    schema = {"$ref": REF.format(model=model.__name__)}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+def install_request_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
+            schemas = doc.setdefault("components", {}).setdefault("schemas", {})
+            for model in models:
+                schema = model.model_json_schema(ref_template=REF)
+                schemas.update(schema.pop("$defs", {}))
+                schemas[model.__name__] = schema
+            app.openapi_schema = doc
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
