@@ -6,7 +6,7 @@ start_server() {
   local port=$1; shift
   "$PY" -m specdec.cli serve --host 127.0.0.1 --port "$port" --log-level warning "$@" > "$OUT/server.log" 2>&1 &
   SERVER_PID=$!
-  trap 'kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null' EXIT
+  trap 'kill $SERVER_PID 2>/dev/null; wait $SERVER_PID 2>/dev/null || true' EXIT
   for _ in $(seq 1 600); do
     if curl -sf "http://127.0.0.1:$port/health" > /dev/null; then return 0; fi
     if ! kill -0 $SERVER_PID 2>/dev/null; then echo "server exited:"; tail -20 "$OUT/server.log"; exit 1; fi

@@ -85,8 +85,8 @@ def main() -> None:
     url = args.base_url.rstrip("/")
     model = httpx.get(f"{url}/v1/models").json()["data"][0]["id"]
     words = [f"item{i % 997} is number {i}, and the note says {i * 7 % 113}." for i in range(args.prompt_tokens)]
-    # about 11-12 tokens per sentence in Gemma's tokenizer
-    long_prompt = " ".join(words[: args.prompt_tokens // 11]) + "\nSummarise the notes:"
+    # about 19.5 tokens per sentence in Gemma's tokenizer (53,177 tokens for 2,727 sentences)
+    long_prompt = " ".join(words[: int(args.prompt_tokens / 19.5)]) + "\nSummarise the notes:"
     pid = args.server_pid
     memory_before = {f: _memory_mib(pid, f) for f in ("VmRSS", "VmHWM")} if pid else {}
     stop = threading.Event()

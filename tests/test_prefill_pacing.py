@@ -64,3 +64,16 @@ def test_a_long_prompt_is_paced_beside_a_decoding_stream(zoo, monkeypatch, pacin
         assert worst <= (1 + pacing) * DECODE_SECONDS + 1e-9
         measuring = [s for s in beside if s[0] == 0]
         assert len(measuring) <= 2 + len(beside) // REFRESH_EVERY  # decode-only steps stay rare
+
+
+def test_a_short_prompt_does_not_wait_for_a_long_prefill(zoo):
+    """Before: prompts were read oldest first, so a request arriving while a long prompt was being read got no
+    rows until that prompt was done (a stream restarting beside a 30k-token prompt waited 9 minutes)."""
+    llm = LLM(zoo.path("llama"), device="cpu", max_model_len=2048)
+    llm.scheduler_config = scheduler_module.SchedulerConfig(max_num_batched_tokens=64)
+    batch = llm.new_scheduler()
+    long = batch.add([1] + [7] * 1500, SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    batch.step()
+    short = batch.add([1, 5, 6], SamplingParams(max_tokens=2, temperature=0, ignore_eos=True))
+    out = batch.step()
+    assert short in out and long not in out  # the short prompt was read in full, the long one goes on

@@ -320,3 +320,25 @@ def test_a_draft_model_loads_once_for_every_slot(zoo, monkeypatch):
     finally:
         state.scheduler.stop()
     assert loads.count(draft) == 1
+
+
+# ---- the soak command itself, briefly ----
+
+def test_a_short_soak_has_no_unexpected_failures(zoo):
+    from serve_helpers import ServerProcess
+
+    from specdec.bench.soak import run_soak
+
+    proc = ServerProcess("--model", zoo.path("llama"), "--device", "cpu", "--threads", "1", "--served-model-name",
+                         "tiny", "--max-model-len", "2048", "--max-tokens-limit", "64").start()
+    try:
+        report = asyncio.run(run_soak(proc.base_url, requests=120, concurrency=8, max_tokens=32, max_seconds=300,
+                                      seed=3, progress=False))
+    finally:
+        proc.stop()
+    assert report.requests == 120 and not report.failures, report.failures[:5]
+    assert report.healthy_after and report.in_flight_after == 0
+    assert report.rss_after_first_100 and report.rss_end
+    kinds = set(report.kinds)
+    for family in ("completion", "chat", "_stream", "_stream_vanish", "completion_vanish", "bad_"):
+        assert any(family in k for k in kinds), (family, kinds)  # every kind of traffic was sent

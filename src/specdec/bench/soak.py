@@ -137,14 +137,14 @@ class Soak:
             ("text_plain", {"content": b'{"model": "x", "prompt": "hi"}', "headers": {"content-type": "text/plain"}},
              415),
             ("max_tokens_huge", {"json": {"model": self.model, "prompt": "hi", "max_tokens": 10**9}}, 400),
-            ("empty_prompt", {"json": {"model": self.model, "prompt": ""}}, 400),
+            ("empty_messages", {"json": {"model": self.model, "messages": []}}, 400),
             ("lone_surrogate", {"content": b'{"model": "%s", "prompt": "\\udfff"}' % self.model.encode(),
                                 "headers": {"content-type": "application/json"}}, 400),
             ("oversized_body", {"content": b"x" * (5 * 2**20), "headers": {"content-type": "application/json"}}, 413),
             ("negative_temperature", {"json": {"model": self.model, "prompt": "hi", "temperature": -1}}, 400),
         ]
         name, kwargs, status = rng.choice(cases)
-        r = await self.client.post("/v1/completions", **kwargs)
+        r = await self.client.post(_path(chat="messages" in kwargs.get("json", {})), **kwargs)
         ok = r.status_code == status and "error" in r.json()
         return Outcome("bad_" + name, ok, "" if ok else f"bad_{name}: {r.status_code} (expected {status}) {r.text[:200]}")
 

@@ -5,7 +5,7 @@ Each step:
    `kv_cache_memory_bytes` (each sequence has its own fixed-capacity cache: prompt + max_tokens + one
    forward's draft, as at batch 1, which is what keeps its output bit-identical);
 2. gives every decoding sequence its draft length (the draft-length policy) and one verification step;
-3. fills what is left of `max_num_batched_tokens` with prefill chunks of admitted prompts, oldest first
+3. fills what is left of `max_num_batched_tokens` with prefill chunks of admitted prompts, shortest first
    (chunked prefill: a long prompt is read in pieces between decode steps, so running streams keep
    producing tokens, and a chunk's attention scores stay within `max_attention_elements`); with
    `prefill_pacing` set (the server sets it), while sequences decode a step's prefill rows are further cut so
@@ -177,8 +177,10 @@ class BatchScheduler:
             work.append(Work(seq, draft_limit=k, max_tree_nodes=nodes))
             budget -= 1 + k
         budget = min(budget, prefill_cap)
-        for seq in self.running:
-            if seq.prefilling and budget > 0:
+        # Shortest remaining prompt first: a short request that arrives while a 30k-token prompt is being
+        # read starts at once instead of waiting for the whole long prefill (the long one takes what is left).
+        for seq in sorted(prefilling, key=lambda s: len(s.prompt) - s.prefilled):
+            if budget > 0:
                 chunk = min(self._chunk(seq), budget)
                 work.append(Work(seq, chunk=chunk))
                 budget -= chunk

@@ -120,7 +120,7 @@ def create_app(state: ServerState) -> FastAPI:
     async def chat_completions(request: Request) -> Response:
         return await _generate(state, request, "chat")
 
-    install_request_schemas(app, [CompletionRequest, ChatCompletionRequest])
+    install_request_schemas(app, [CompletionRequest, ChatCompletionRequest], state.model_name)
     return app
 
 

@@ -22,7 +22,9 @@ def request_body(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-def install_request_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None:
+def install_request_schemas(app: FastAPI, models: list[type[BaseModel]], served_model: str) -> None:
+    """`served_model`: the one `model` value the server accepts (any other is a 404), so the schema says so."""
+
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             doc = get_openapi(title=app.title, version=app.version, routes=app.routes)
@@ -30,6 +32,8 @@ def install_request_schemas(app: FastAPI, models: list[type[BaseModel]]) -> None
             for model in models:
                 schema = model.model_json_schema(ref_template=REF)
                 schemas.update(schema.pop("$defs", {}))
+                if "model" in schema.get("properties", {}):
+                    schema["properties"]["model"] = {"type": "string", "enum": [served_model], "title": "Model"}
                 schemas[model.__name__] = schema
             app.openapi_schema = doc
         return app.openapi_schema
