@@ -33,36 +33,26 @@ def _memory_mib(pid: int, field: str) -> float | None:
     return None
 
 
-def _streams(url: str, model: str, prompt: str, times: list[float], stop: threading.Event) -> None:
+def _streams(url: str, model: str, prompt: str, requests: list[list[float]], stop: threading.Event) -> None:
+    """Streams the prompt again and again until `stop`; appends each request's chunk times to `requests`."""
     body = {"model": model, "prompt": prompt, "max_tokens": 512, "temperature": 0, "stream": True,
             "ignore_eos": True}
     with httpx.Client(timeout=None) as client:
         while not stop.is_set():
+            times: list[float] = []
+            requests.append(times)
             with client.stream("POST", f"{url}/v1/completions", json=body) as r:
-                last = None
                 for line in r.iter_lines():
                     if stop.is_set():
                         break
                     if line.startswith("data: ") and line != "data: [DONE]":
-                        now = time.perf_counter()
-                        if last is not None:
-                            times.append(now)  # a gap ends here (a new stream's first chunk is not a gap)
-                        else:
-                            times.append(-now)
-                        last = now
+                        times.append(time.perf_counter())
 
 
-def _gaps(times: list[float], start: float, end: float) -> list[float]:
-    """Gaps between successive chunks of one stream that end within [start, end]."""
-    gaps, prev = [], None
-    for t in times:
-        if t < 0:  # the first chunk of a new request
-            prev = -t
-            continue
-        if prev is not None and start <= t <= end:
-            gaps.append(t - prev)
-        prev = t
-    return gaps
+def _gaps(requests: list[list[float]], start: float, end: float) -> list[float]:
+    """Gaps between successive chunks of one request that end within [start, end] (a request's first chunk
+    ends no gap: it waited for its prompt to be read)."""
+    return [b - a for times in requests for a, b in zip(times, times[1:]) if start <= b <= end]
 
 
 def _summary(gaps: list[float]) -> dict[str, float | int | None]:
@@ -90,13 +80,11 @@ def main() -> None:
     pid = args.server_pid
     memory_before = {f: _memory_mib(pid, f) for f in ("VmRSS", "VmHWM")} if pid else {}
     stop = threading.Event()
-    all_times: list[list[float]] = []
-    for i in range(args.streams):
-        times: list[float] = []
-        all_times.append(times)
+    streams: list[list[list[float]]] = [[] for _ in range(args.streams)]  # per stream, per request: chunk times
+    for i, requests in enumerate(streams):
         threading.Thread(target=_streams, args=(url, model, f"Question: Tell me a story number {i}.\nAnswer:",
-                                                times, stop), daemon=True).start()
-    while any(len(t) < 2 for t in all_times):
+                                                requests, stop), daemon=True).start()
+    while any(not requests or len(requests[0]) < 2 for requests in streams):
         time.sleep(0.05)
     baseline_start = time.perf_counter()
     time.sleep(args.baseline_seconds)
@@ -106,8 +94,8 @@ def main() -> None:
     end = time.perf_counter()
     stop.set()
     body = r.json()
-    before = [g for t in all_times for g in _gaps(t, baseline_start, start)]
-    during = [g for t in all_times for g in _gaps(t, start, end)]
+    before = [g for requests in streams for g in _gaps(requests, baseline_start, start)]
+    during = [g for requests in streams for g in _gaps(requests, start, end)]
     b, d = _summary(before), _summary(during)
     report = {
         "prompt_tokens_asked": args.prompt_tokens,

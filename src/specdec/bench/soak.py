@@ -30,6 +30,8 @@ import httpx
 
 LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 RSS_BASELINE_AFTER = 100
+RSS_METRIC = "process_resident_memory_bytes"
+IN_FLIGHT_METRIC = "specdec:num_requests_in_flight"
 
 
 @dataclass
@@ -166,24 +168,14 @@ def _path(chat: bool) -> str:
     return "/v1/chat/completions" if chat else "/v1/completions"
 
 
-async def _rss(client: httpx.AsyncClient) -> float | None:
-    from prometheus_client.parser import text_string_to_metric_families
-
-    r = await client.get("/metrics")
-    for family in text_string_to_metric_families(r.text):
-        for s in family.samples:
-            if s.name == "process_resident_memory_bytes":
-                return s.value
-    return None
-
-
-async def _in_flight(client: httpx.AsyncClient) -> float | None:
+async def _metric(client: httpx.AsyncClient, name: str) -> float | None:
+    """A sample of the server's /metrics (the first with that name), or None."""
     from prometheus_client.parser import text_string_to_metric_families
 
     text = (await client.get("/metrics")).text
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name == "specdec:num_requests_in_flight":
+            if s.name == name:
                 return s.value
     return None
 
@@ -219,17 +211,17 @@ async def run_soak(base_url: str, requests: int, concurrency: int, max_tokens: i
                     report.failures.append(outcome.detail)
                 bar.update(1)
                 if report.requests == RSS_BASELINE_AFTER:
-                    report.rss_after_first_100 = await _rss(client)
+                    report.rss_after_first_100 = await _metric(client, RSS_METRIC)
 
         await asyncio.gather(*(worker() for _ in range(concurrency)))
         bar.close()
         report.seconds = time.monotonic() - started
         for _ in range(100):  # cancelled generations retire at their next step boundary
-            report.in_flight_after = await _in_flight(client)
+            report.in_flight_after = await _metric(client, IN_FLIGHT_METRIC)
             if not report.in_flight_after:
                 break
             await asyncio.sleep(0.1)
-        report.rss_end = await _rss(client)
+        report.rss_end = await _metric(client, RSS_METRIC)
         report.healthy_after = (await client.get("/health")).status_code == 200
     return report
 

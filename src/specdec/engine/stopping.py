@@ -21,8 +21,9 @@ class StopChecker:
 
     EOS and stop token ids are kept in token_ids (as vLLM does) and left out of the text; a stop string
     ends the text just before it, and token_ids end with the token that completed it. The text is built
-    incrementally (engine/detokenizer.py) and each stop-string search reads only the new text plus the
-    longest stop string's length before it, so a request's text and stop checks cost O(n) in all.
+    incrementally (engine/detokenizer.py): token by token when stop strings must be checked, else only when
+    the text is asked for. Each stop-string search reads only the new text plus the longest stop string's
+    length before it, so a request's text and stop checks cost O(n) in all.
     """
 
     def __init__(self, tokenizer: Any, params: SamplingParams, eos_token_ids: Sequence[int]) -> None:
@@ -33,6 +34,7 @@ class StopChecker:
         self.finish: Finish | None = None
         self.stop_text_end: int | None = None  # char offset where a stop string begins
         self.detokenizer = IncrementalDetokenizer(tokenizer)
+        self._fed = 0  # output tokens the detokenizer has read
         self.longest_stop = max((len(s) for s in params.stop), default=0)
 
     def extend(self, tokens: Sequence[int]) -> list[int]:
@@ -46,14 +48,25 @@ class StopChecker:
             if token in self.stop_ids:
                 self.finish = Finish("stop", token)  # the token stays out of the text
                 break
-            searched = len(self.detokenizer.text)
-            if self.detokenizer.add([token]) and self.params.stop and self._hit_stop_string(searched):
-                break
+            if self.params.stop:  # stop strings need the text token by token; without them it is built when asked
+                searched = len(self.detokenizer.text)
+                if self._catch_up() and self._hit_stop_string(searched):
+                    break
             if len(self.output) >= self.params.max_tokens:
                 self.finish = Finish("length")
-        if self.finish is not None and self.stop_text_end is None:
-            self.detokenizer.flush()  # a character left incomplete at the end decodes as U+FFFD, as in decode()
         return taken
+
+    def _catch_up(self) -> str:
+        """Feeds the detokenizer the output tokens it has not read (never a final stop token id) and, once the
+        request has finished, what it still holds back; returns the text added."""
+        end = len(self.output)
+        if self.finish is not None and isinstance(self.finish.stop_reason, int):
+            end -= 1
+        new = self.detokenizer.add(self.output[self._fed : end]) if end > self._fed else ""
+        self._fed = max(self._fed, end)
+        if self.finish is not None and self.stop_text_end is None:
+            new += self.detokenizer.flush()  # an incomplete last character decodes as U+FFFD, as in decode()
+        return new
 
     def _hit_stop_string(self, searched: int) -> bool:
         # No stop string occurs in the first `searched` characters (checked before), so a new one ends in the
@@ -71,10 +84,12 @@ class StopChecker:
         self.finish = Finish("stop", best[1])
         return True
 
-    @property
-    def text_end(self) -> int:
-        """How much of `detokenizer.text` belongs to the output (all of it, unless a stop string cut it)."""
-        return len(self.detokenizer.text) if self.stop_text_end is None else self.stop_text_end
+    def stream_text(self) -> tuple[str, int]:
+        """The text built so far and where the output ends in it (before a stop string once one is found)."""
+        self._catch_up()
+        text = self.detokenizer.text
+        return text, len(text) if self.stop_text_end is None else self.stop_text_end
 
     def text(self) -> str:
-        return self.detokenizer.text[: self.text_end]
+        text, end = self.stream_text()
+        return text[:end]

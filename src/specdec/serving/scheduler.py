@@ -230,7 +230,7 @@ class Scheduler:
                 m.h["itl"].observe(gap)
         entry.last_time = now
         finish, checker = out.finish, out.checker
-        delta = entry.deltas.update(checker.detokenizer.text, checker.text_end, finish is not None)
+        delta = entry.deltas.update(*checker.stream_text(), finish is not None)
         event = StepEvent(delta, len(checker.output))
         if finish is not None:
             event.finish_reason, event.stop_reason = finish.reason, finish.stop_reason
