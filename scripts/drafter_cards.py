@@ -71,7 +71,7 @@ def describe(data: dict) -> str:
 
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
-RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes"]
+RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"}}
 
@@ -81,7 +81,7 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
     for run_name in RUNS:
         if run_name in SUPERSEDED.get(model_dir, set()):
             continue
-        for set_name in ("mt_bench", "other_kinds"):
+        for set_name in ("mt_bench", "other_kinds", "held_out"):
             path = RESULTS / f"{run_name}-{set_name}.json"
             if not path.is_file():
                 continue
@@ -101,7 +101,9 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
                 rows[(set_name, prompts, shown)] = (  # MT-Bench had two selections: both rows stay
                     f"| {set_name} ({prompts} prompts) | "
                     f"`{shown}` | {o['identical_fraction']:.3f} | {o['mean_acceptance_length']:.2f} | "
-                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | `{run_name}` |")
+                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | "
+                    f"{o['decode_speedup']:.2f}x | `{run_name}` |" if "decode_speedup" in o else
+                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | - | `{run_name}` |")
     return [rows[k] for k in sorted(rows, key=lambda k: k[0])]  # by prompt set, in run order within one
 
 
@@ -165,6 +167,46 @@ def committed_data_note(command: str) -> str:
             "and to chat, QA, translation and writing prompts. ")
 
 
+# scripts/accuracy_by_position.py reports, benchmarks/results/accuracy-by-position/<drafter>-<stage>.json
+POSITION_RESULTS = RESULTS / "accuracy-by-position"
+VARIANTS = {
+    "full": "as at inference",
+    "static": "`context_vocab` off",
+    "window512": "attention over the last 512 positions only",
+    "interp": "rotary positions squeezed into the trained 1,280",
+}
+
+
+def position_section(directory: Path) -> list[str]:
+    """Accuracy against the position in the context, before (and after, once retrained) on long prompts."""
+    reports = sorted(POSITION_RESULTS.glob(f"{directory.name}-*.json")) if POSITION_RESULTS.is_dir() else []
+    if not reports:
+        return []
+    lines = [
+        "## Accuracy against context length",
+        "Teacher-forced accuracy per draft step on the target's own 256-token greedy responses to long prompts "
+        "(`specdec data generate --long-prompts --min-prompt-tokens 1000`: whole articles to summarize, questions "
+        "over 5-8 passages; never trained on), by the position of the drafted token, and tau ~ the chain "
+        "acceptance length those accuracies give (1 + a1 + a1 a2 + ...). Variants separate the causes: "
+        + "; ".join(f"`{k}`: {v}" for k, v in VARIANTS.items()) + ". `scripts/accuracy_by_position.py`.",
+        "",
+        "| stage | variant | positions | scored | accuracy per step | tau |",
+        "|---|---|---|---|---|---|",
+    ]
+    for path in reports:
+        data = json.loads(path.read_text())
+        stage = path.stem.removeprefix(directory.name + "-")
+        for variant, table in data["results"].items():
+            for key, row in table.items():
+                kind, positions = key.split("/")
+                if kind != "all" or not row["scored"]:
+                    continue
+                acc = ", ".join("-" if a is None else f"{a:.2f}" for a in row["accuracy"])
+                lines.append(f"| {stage} | `{variant}` | {positions} | {row['scored']} | {acc} | {row['tau']:.2f} |")
+    notes = [json.loads(p.read_text()).get("findings") for p in reports]
+    return lines + [""] + [n for n in notes if n] + [""]
+
+
 def card(directory: Path) -> str:
     name = directory.name.removeprefix("gemma-3-270m-")
     config = json.loads((directory / "config.json").read_text())
@@ -210,10 +252,16 @@ def card(directory: Path) -> str:
         "first 10 questions, all of the `writing` category, 2 turns each; with 32 prompts: the first 2 questions "
         "of each of its 8 categories (`--per-category 2`), 2 turns each.",
         "",
-        "| prompts | config | identical | mean acc. len | acc. rate | acceptance per position | speedup | run |",
-        "|---|---|---|---|---|---|---|---|",
+        "| prompts | config | identical | mean acc. len | acc. rate | acceptance per position | speedup | decode "
+        "speedup | run |",
+        "|---|---|---|---|---|---|---|---|---|",
         *bench_rows(name, directory.name),
         "",
+        "`held_out` is benchmarks/prompts/held_out.jsonl (long articles, multi-passage RAG, multi-turn chat, code, "
+        "math, translation both ways; 1-3k-token prompts for the first two). `decode speedup` leaves out each "
+        "mode's prefill, which the long prompts' wall time is mostly made of (runs before it existed: -).",
+        "",
+        *position_section(directory),
         "This drafter is undertrained (a CPU budget of hours, not GPU-days): lossless, but far from the "
         "acceptance a well-trained drafter reaches; the table above gives its speed on this CPU. Retrain with more "
         "data and steps (`--resume` continues a run; `--init-from` fine-tunes this drafter).",

@@ -80,6 +80,12 @@ def _check_aggregate(agg: dict) -> None:
     for key, typ in OVERALL_KEYS.items():
         assert isinstance(agg[key], typ), (key, agg[key])
     assert agg["speedup"] == pytest.approx(agg["baseline_seconds"] / agg["speculative_seconds"], rel=1e-2, abs=1e-3)
+    # the decode phase alone: each mode's prefill (measured, not zero) left out
+    assert 0 < agg["baseline_prefill_seconds"] < agg["baseline_seconds"]
+    assert 0 < agg["speculative_prefill_seconds"] < agg["speculative_seconds"]
+    decode = (agg["baseline_seconds"] - agg["baseline_prefill_seconds"]) / (
+        agg["speculative_seconds"] - agg["speculative_prefill_seconds"])
+    assert agg["decode_speedup"] == pytest.approx(decode, rel=1e-2, abs=1e-3)
 
 
 # ---- prompt file and rendering ----
@@ -129,6 +135,70 @@ def test_render_with_chat_template(tiny):
     )
     ids = render_prompt(tok, ["Hi?", "More?"], [" Hello. "])
     assert tok.decode(ids) == "<bos><user>Hi?\n<assistant>Hello.\n<user>More?\n<assistant>"
+
+
+ANSWERED = {"question_id": 90, "category": "chat", "turns": ["Do you like cats?", "Why?", "And dogs?"],
+            "answers": ["Yes, I do.", " They purr."]}
+
+
+def test_given_answers_benchmark_the_last_turn_only(tmp_path):
+    from specdec.bench.prompts import Question
+
+    path = _write_jsonl(tmp_path / "a.jsonl", [ANSWERED, MT_BENCH[0]])
+    q, plain = load_questions(path)
+    assert q.turns == tuple(ANSWERED["turns"]) and q.answers == (" Yes, I do.", " They purr.")  # leading space added
+    assert list(q.benchmarked_turns()) == [2]
+    assert plain.answers is None and list(plain.benchmarked_turns()) == [0, 1]
+    assert list(Question(1, "x", ("only",), ()).benchmarked_turns()) == [0]  # one turn, no answers needed
+
+
+def test_given_answers_errors(tmp_path):
+    for answers, match in [(["a"], "3 turns need 2 answers, got 1"), (["a", "b", "c"], "got 3"),
+                           ("a b", "list of strings"), (["a", 2], "list of strings")]:
+        path = _write_jsonl(tmp_path / "bad.jsonl", [{**ANSWERED, "answers": answers}])
+        with pytest.raises(ValueError, match=match):
+            load_questions(path)
+    path = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "Hi?", "answers": []}])
+    with pytest.raises(ValueError, match="'answers' needs 'turns'"):
+        load_questions(path)
+
+
+def test_first_prompt_replays_given_answers(loaded, tmp_path):
+    from specdec.bench.prompts import first_prompt
+
+    tok = loaded.tokenizer
+    q, plain = load_questions(_write_jsonl(tmp_path / "a.jsonl", [ANSWERED, MT_BENCH[0]]))
+    text = "Question: Do you like cats?\nAnswer: Yes, I do.\nQuestion: Why?\nAnswer: They purr.\nQuestion: And dogs?\nAnswer:"
+    assert first_prompt(tok, q) == list(tok(text).input_ids)
+    assert first_prompt(tok, plain) == render_prompt(tok, MT_BENCH[0]["turns"][:1], [])
+
+
+def test_bench_runs_one_generation_per_answered_question(loaded, tmp_path):
+    path = _write_jsonl(tmp_path / "a.jsonl", [ANSWERED, MT_BENCH[1]])
+    report = run_bench(path, speculative_config=NGRAM, max_new_tokens=6, progress=False, loaded=loaded, warmup=1)
+    assert [(e["question_id"], e["turn"]) for e in report["per_prompt"]] == [(90, 3), (82, 1), (82, 2)]
+    (q, _) = load_questions(path)
+    from specdec.bench.prompts import first_prompt
+
+    assert report["per_prompt"][0]["prompt_tokens"] == len(first_prompt(loaded.tokenizer, q))
+    assert report["overall"]["prompts"] == 3 and report["overall"]["identical_fraction"] == 1.0
+
+
+def test_serve_load_sends_the_given_conversation(tmp_path):
+    import argparse
+
+    from specdec.bench.serve_load import load_prompts, request_body
+
+    path = _write_jsonl(tmp_path / "a.jsonl", [ANSWERED, MT_BENCH[0]])
+    q, plain, again = load_prompts(str(path), 3)
+    args = argparse.Namespace(max_tokens=4, temperature=0.0, seed=None, ignore_eos=False, endpoint="chat")
+    assert [m["role"] for m in request_body(q, args, "m")["messages"]] == ["user", "assistant"] * 2 + ["user"]
+    assert request_body(q, args, "m")["messages"][1]["content"] == "Yes, I do."
+    assert request_body(plain, args, "m")["messages"] == [{"role": "user", "content": MT_BENCH[0]["turns"][0]}]
+    args.endpoint = "completions"
+    assert request_body(q, args, "m")["prompt"].endswith("They purr.\nQuestion: And dogs?\nAnswer:")
+    assert request_body(plain, args, "m")["prompt"] == f"Question: {MT_BENCH[0]['turns'][0]}\nAnswer:"
+    assert again == q
 
 
 # ---- divergence ----

@@ -29,6 +29,33 @@ def test_default_aux_layers_follow_eagle3():
     assert default_aux_layers(4) == [1, 2]  # tiny models: deduplicated, in range
 
 
+def test_training_time_test_window_hides_exactly_the_keys_further_back(zoo):
+    """`window` (the accuracy-by-position diagnostic's) masks step-0 keys more than `window` positions back:
+    step 0 at index t equals inference over the last `window` committed positions only."""
+    target = zoo.load("llama", "float32")
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(default_eagle3_config(target, target.vocab_size)).eval()
+    drafter.set_draft_vocab(torch.arange(target.vocab_size))
+    dec = target.decoder
+    drafter.attach_target(dec.embed.weight, dec.head_weight(), dec.arch.embed_scale or 1.0)
+    ids = torch.randint(3, target.vocab_size, (20,), generator=torch.Generator().manual_seed(1))
+    feats = FeatureExtractor(target, drafter.config.aux_layer_ids).compute(ids.tolist())
+    fused = drafter.fuse(torch.cat([feats.hidden[i] for i in drafter.config.aux_layer_ids], -1).float())
+    n, window = len(ids) - 1, 4
+    with torch.no_grad():
+        full = drafter.train_unrolled(fused[:n], ids[1 : 1 + n], torch.arange(n), [], [])
+        wide = drafter.train_unrolled(fused[:n], ids[1 : 1 + n], torch.arange(n), [], [], window=n)
+        narrow = drafter.train_unrolled(fused[:n], ids[1 : 1 + n], torch.arange(n), [], [], window=window)
+        c = drafter.config
+        cache = DraftKVCache(c.num_key_value_heads, c.head_dim, 64, torch.float32, torch.device("cpu"))
+        visible = torch.ones(n, n, dtype=torch.bool).tril().triu(-(window - 1))
+        alone = drafter.step(fused[:n], ids[1 : n + 1], torch.arange(n), cache, visible)
+    torch.testing.assert_close(wide, full)
+    torch.testing.assert_close(narrow, alone, rtol=1e-4, atol=1e-4)
+    assert not torch.allclose(narrow[window:], full[window:], atol=1e-3)  # it did hide something
+    torch.testing.assert_close(narrow[:window], full[:window])
+
+
 def test_training_time_test_attention_equals_chained_inference(zoo):
     """Step j of train_unrolled at index t must compute exactly what inference computes when it drafts
     j tokens after committing position t: an off-by-one here silently collapses acceptance."""
@@ -235,3 +262,34 @@ def test_a_long_prompt_is_read_in_chunks_with_the_same_drafts(zoo, trained_bigra
         runs[chunk] = (tokens, spec.stats.num_draft_tokens, spec.stats.num_accepted_tokens)
     assert runs[7] == runs[10_000]
     assert runs[7][0] == LLM(loaded=target).generate(prompt, params)[0].outputs[0].token_ids
+
+
+@pytest.mark.parametrize("window", [None, 5])
+def test_ttt_loss_skipping_prompt_rows_changes_nothing(zoo, window):
+    """Steps after the first skip the long prompt's indices no scored row needs: the same loss, accuracy and
+    gradients as running every index at every step."""
+    from specdec.training.eagle3_objective import ttt_loss
+
+    target = zoo.load("llama", "float32")
+    torch.manual_seed(0)
+    drafter = Eagle3Drafter(default_eagle3_config(target, target.vocab_size))
+    drafter.set_draft_vocab(torch.arange(target.vocab_size))
+    dec = target.decoder
+    drafter.attach_target(dec.embed.weight, dec.head_weight(), dec.arch.embed_scale or 1.0)
+    ids = torch.randint(3, target.vocab_size, (40,), generator=torch.Generator().manual_seed(2))
+    feats = FeatureExtractor(target, drafter.config.aux_layer_ids).compute(ids.tolist())
+    index = drafter.target_to_draft()
+    results = []
+    for skip in (True, False):
+        drafter.zero_grad()
+        hits: list = []
+        loss, m = ttt_loss(drafter, ids, 30, feats, 4, 0.8, index, window=window, hits=hits,
+                           context_head=dec.head_weight(), skip_prompt_rows=skip)
+        loss.backward()
+        results.append((loss.detach(), m, [p.grad.clone() for p in drafter.parameters() if p.grad is not None], hits))
+    (l1, m1, g1, h1), (l2, m2, g2, h2) = results
+    torch.testing.assert_close(l1, l2, rtol=1e-5, atol=1e-6)
+    assert m1.correct == m2.correct and m1.counted == m2.counted and sum(m1.counted) > 0
+    for a, b in zip(g1, g2):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-6)
+    assert [(j, p.tolist(), r.tolist()) for j, p, r in h1] == [(j, p.tolist(), r.tolist()) for j, p, r in h2]

@@ -1,10 +1,11 @@
 """`specdec bench --batch-size 1,4,16,32`: offline throughput with all prompts submitted and at most B running.
 
-Per batch size B, plain decoding and every speculative config run the same prompts (first turns) through
-the continuous-batching scheduler, back to back. Reported per B and mode: output tokens/s, the speedup over
-plain at the same B, mean acceptance length, per-request latency (submission to last token) p50/p90, the
-fraction of outputs identical to batch-1 plain decoding, and the draft lengths the policy chose. The
-batch-1 plain run is always made first: it is the reference every output is compared with.
+Per batch size B, plain decoding and every speculative config run the same prompts (first turns; for a
+question with given `answers`, its last turn after them) through the continuous-batching scheduler, back
+to back. Reported per B and mode: output tokens/s, the speedup over plain at the same B, mean acceptance
+length, per-request latency (submission to last token) p50/p90, the fraction of outputs identical to
+batch-1 plain decoding, and the draft lengths the policy chose. The batch-1 plain run is always made
+first: it is the reference every output is compared with.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specdec.api import LLM
-from specdec.bench.prompts import load_questions, render_prompt
+from specdec.bench.prompts import first_prompt, load_questions
 from specdec.engine.stats import SpecDecodingStats
 from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from specdec.sampling_params import SamplingParams
@@ -109,7 +110,7 @@ def run_batch_bench(
     questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
     loaded = loaded or load_model(model, dtype=dtype, device=device)
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
-    prompt_ids = [render_prompt(loaded.tokenizer, q.turns[:1], []) for q in questions]
+    prompt_ids = [first_prompt(loaded.tokenizer, q) for q in questions]
     largest = max(batch_sizes)
     plain = LLM(loaded=loaded, max_num_seqs=largest)
     specs = [LLM(loaded=loaded, speculative_config=c, max_num_seqs=largest) for c in configs]

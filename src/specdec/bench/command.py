@@ -9,6 +9,7 @@ Prompt file: jsonl, MT-Bench lines (question_id, category, turns) or lines with 
 rendered as "Question: {turn}\\nAnswer:"; a later turn appends the model's own previous answer (from the
 plain run, so both modes see identical prompts) then "\\nQuestion: {turn}\\nAnswer:". With a chat
 template, tokenizer.apply_chat_template(messages, add_generation_prompt=True) with the same answers.
+A line with `answers` (one per turn but the last) replays those instead and benchmarks its last turn only.
 
 Each prompt runs plain then speculative back to back; speedup = sum of plain seconds / sum of speculative
 seconds over the same prompts (the same tokens under greedy decoding). Prints a table, writes the JSON
@@ -27,7 +28,8 @@ HELP_EPILOG = """\
 prompt rendering: every turn is its own generation. Without a chat template the first turn is
 "Question: {turn}\\nAnswer:" and each later turn appends the model's previous answer (from the plain
 run, so both modes see identical prompts) then "\\nQuestion: {turn}\\nAnswer:". With a chat template:
-tokenizer.apply_chat_template(messages, add_generation_prompt=True).
+tokenizer.apply_chat_template(messages, add_generation_prompt=True). A line with "answers" (one per
+turn but the last) replays those answers and only its last turn is benchmarked.
 
 speedup = sum of plain seconds / sum of speculative seconds over the same prompts, measured back to back
 per prompt. The last line printed is the JSON of the `overall` object.

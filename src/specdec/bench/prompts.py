@@ -8,7 +8,14 @@ Two line schemas are accepted (both may appear in one file):
 
 Every turn is benchmarked as its own generation. Turn k's prompt contains the earlier turns and the
 model's own earlier answers, taken from the *plain* run so that plain and speculative decoding always see
-identical prompt tokens:
+identical prompt tokens.
+
+An MT-Bench line may also give the earlier answers: ``"answers": ["...", ...]`` with one string per turn but
+the last (``len(turns) - 1``). Then the conversation is replayed with those answers and ONLY the last turn is
+benchmarked (one generation per question), e.g. a recorded chat whose next user message is the prompt.
+A given answer that does not start with whitespace gets a leading space, as the model's own answers have.
+
+Rendering:
 
 * With a chat template: ``tokenizer.apply_chat_template(messages, add_generation_prompt=True)`` over
   user/assistant messages.
@@ -34,6 +41,22 @@ class Question:
     question_id: int | str
     category: str
     turns: tuple[str, ...]
+    # Given answers to all turns but the last; then only the last turn is benchmarked. None: every turn is,
+    # with the plain run's own earlier answers.
+    answers: tuple[str, ...] | None = None
+
+    def benchmarked_turns(self) -> range:
+        """0-based indices of the turns that are benchmarked, each as its own generation."""
+        if self.answers is not None:
+            return range(len(self.turns) - 1, len(self.turns))
+        return range(len(self.turns))
+
+
+def first_prompt(tokenizer: Any, q: Question) -> list[int]:
+    """Prompt ids of the question's first benchmarked turn (the only one when answers are given)."""
+    if q.answers is not None:
+        return render_prompt(tokenizer, q.turns, q.answers)
+    return render_prompt(tokenizer, q.turns[:1], [])
 
 
 def _parse_line(data: Any, lineno: int, path: Path) -> Question:
@@ -53,8 +76,19 @@ def _parse_line(data: Any, lineno: int, path: Path) -> Question:
     category = data.get("category") or DEFAULT_CATEGORY
     if not isinstance(category, str):
         raise ValueError(f"{where}: 'category' must be a string")
+    answers = data.get("answers")
+    if answers is not None:
+        if "turns" not in data:
+            raise ValueError(f"{where}: 'answers' needs 'turns' (the answers are to the turns before the last)")
+        if not isinstance(answers, list) or not all(isinstance(a, str) for a in answers):
+            raise ValueError(f"{where}: 'answers' must be a list of strings")
+        if len(answers) != len(turns) - 1:
+            raise ValueError(f"{where}: 'answers' must have one string per turn but the last: {len(turns)} turns "
+                             f"need {len(turns) - 1} answers, got {len(answers)}")
+        # Written after "Answer:" like the model's own answers, which start with a space (chat templates strip it).
+        answers = tuple(x if x[:1].isspace() else " " + x for x in answers)
     qid = data.get("question_id", data.get("id", lineno))
-    return Question(question_id=qid, category=category, turns=tuple(turns))
+    return Question(question_id=qid, category=category, turns=tuple(turns), answers=answers)
 
 
 def load_questions(

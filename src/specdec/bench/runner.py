@@ -2,9 +2,10 @@
 
 One loaded model serves both modes (two LLM objects, each with its own KV cache). For every turn of
 every question: render the prompt (earlier turns use the plain run's answers, so both modes get the
-same prompt ids), time plain decoding, then speculative decoding right after it (and transformers'
-generate when asked), so machine noise hits both alike. `warmup` prompts run untimed in every mode
-first. Mismatches are diagnosed after timing by one extra prefill on a separate runtime.
+same prompt ids; a question with given `answers` replays those and runs its last turn only), time plain
+decoding, then speculative decoding right after it (and transformers' generate when asked), so machine
+noise hits both alike. `warmup` prompts run untimed in every mode first. Mismatches are diagnosed after
+timing by one extra prefill on a separate runtime.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import torch
 
 from specdec.api import LLM
 from specdec.bench.divergence import diagnose
-from specdec.bench.prompts import Question, has_chat_template, load_questions, render_prompt
+from specdec.bench.prompts import Question, first_prompt, has_chat_template, load_questions, render_prompt
 from specdec.bench.report import PromptResult, build_report
 from specdec.bench.transformers_rows import MODES, TransformersBaseline, lookup_settings, summarize_rows, synchronize
 from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
@@ -105,7 +106,7 @@ def run_bench(
     torch.manual_seed(seed)
 
     for q in questions[:warmup]:
-        ids = render_prompt(tokenizer, q.turns[:1], [])
+        ids = first_prompt(tokenizer, q)
         plain.generate([{"prompt_token_ids": ids}], params)
         for s in specs:
             s.generate([{"prompt_token_ids": ids}], params)
@@ -117,7 +118,7 @@ def run_bench(
 
     counted_from = counters()  # the warm-up does not count
     per_config: list[list[PromptResult]] = [[] for _ in specs]
-    total = sum(len(q.turns) for q in questions)
+    total = sum(len(q.benchmarked_turns()) for q in questions)
     with tqdm(total=total, desc="bench", unit="turn", disable=not progress, dynamic_ncols=True) as bar:
         for q in questions:
             for i, rows in enumerate(_run_question(q, plain, specs, hf, params, bar)):
@@ -141,7 +142,7 @@ def run_bench(
 
 def comparison_row(report: dict[str, Any]) -> dict[str, Any]:
     o = report["overall"]
-    keys = ("speedup", "mean_acceptance_length", "acceptance_rate",
+    keys = ("speedup", "decode_speedup", "mean_acceptance_length", "acceptance_rate",
             "identical_fraction", "baseline_tokens_per_second", "speculative_tokens_per_second",
             "acceptance_rate_per_position")
     return {"speculative_config": report["speculative_config"], **{k: o.get(k) for k in keys}}
@@ -184,11 +185,12 @@ def _run_question(
     q: Question, plain: LLM, specs: list[LLM], hf: TransformersBaseline | None, params: SamplingParams, bar: Any
 ) -> list[list[PromptResult]]:
     """One list of results per speculative LLM; every method runs right after the same plain run."""
-    answers: list[str] = []
+    given = q.answers is not None
+    answers: list[str] = list(q.answers) if given else []  # given, or the plain run's own as they come
     out: list[list[PromptResult]] = [[] for _ in specs]
-    for t in range(len(q.turns)):
-        prompt = render_prompt(plain.tokenizer, q.turns[: t + 1], answers)
-        base_ids, base_text, _, base_s = _timed_generate(plain, prompt, params)
+    for t in q.benchmarked_turns():
+        prompt = render_prompt(plain.tokenizer, q.turns[: t + 1], answers[:t])
+        base_ids, base_text, base_stats, base_s = _timed_generate(plain, prompt, params)
         for i, spec in enumerate(specs):
             spec_ids, _, spec_stats, spec_s = _timed_generate(spec, prompt, params)
             hf_runs = {mode: hf.generate(prompt, mode) for mode in MODES} if hf is not None else {}
@@ -197,8 +199,10 @@ def _run_question(
                     question_id=q.question_id, category=q.category, turn=t + 1, prompt_ids=prompt,
                     baseline_ids=list(base_ids), speculative_ids=list(spec_ids), baseline_seconds=base_s,
                     speculative_seconds=spec_s, speculative_stats=spec_stats, transformers=hf_runs,
+                    baseline_prefill_seconds=base_stats.prefill_seconds if base_stats is not None else 0.0,
                 )
             )
-        answers.append(base_text)
+        if not given:
+            answers.append(base_text)
         bar.update(1)
     return out

@@ -3,7 +3,8 @@
     specdec bench serve --base-url http://127.0.0.1:8000 --prompts FILE.jsonl --num-prompts 64 \\
         --max-concurrency 8 --max-tokens 64 [--endpoint completions|chat] [--output-json F] [--output-table F]
 
-Sends N streamed requests (the first turn of each prompt-file line, cycled), at most C at a time, and
+Sends N streamed requests (the first turn of each prompt-file line, cycled; for a line with given
+`answers`, the whole conversation up to its last turn), at most C at a time, and
 reports throughput and latency percentiles (mean, median, p90, p95, p99, max), as vLLM's `bench serve` does:
 
     TTFT   request sent -> first chunk with text
@@ -11,10 +12,11 @@ reports throughput and latency percentiles (mean, median, p90, p95, p99, max), a
     TPOT   (e2e - TTFT) / (output tokens - 1), per request
     E2EL   request sent -> [DONE]
 
-Completions prompts are rendered as `specdec bench` renders a first turn without a chat template
-("Question: {turn}\\nAnswer:"); chat sends the turn as one user message. It also sums the per-response
-speculative figures (`spec_decoding`) and compares them with the change of the server's /metrics
-counters over the run (equal when no other traffic reached the server meanwhile).
+Completions prompts are rendered as `specdec bench` renders them without a chat template
+("Question: {turn}\\nAnswer:"); chat sends the turn as one user message (a conversation with given answers
+as alternating user/assistant messages). It also sums the per-response speculative figures
+(`spec_decoding`) and compares them with the change of the server's /metrics counters over the run
+(equal when no other traffic reached the server meanwhile).
 """
 
 from __future__ import annotations
@@ -77,24 +79,37 @@ class RequestResult:
     spec: dict[str, Any] | None = None
 
 
-def load_prompts(path: str, n: int) -> list[str]:
+def load_prompts(path: str, n: int) -> list[Any]:
+    """N questions of the file, cycled (`specdec.bench.prompts.Question`)."""
     from specdec.bench.prompts import load_questions
 
     questions = load_questions(path)
     if not questions:
         raise ValueError(f"no prompts in {path}")
-    return [questions[i % len(questions)].turns[0] for i in range(n)]
+    return [questions[i % len(questions)] for i in range(n)]
 
 
-def request_body(turn: str, args: argparse.Namespace, model: str) -> dict[str, Any]:
-    from specdec.bench.prompts import FIRST_TURN
+def request_body(prompt: Any, args: argparse.Namespace, model: str) -> dict[str, Any]:
+    """`prompt`: a Question (its first turn, or with given answers its whole conversation) or one turn."""
+    from specdec.bench.prompts import render_text
 
+    if isinstance(prompt, str):
+        turns, answers = [prompt], []
+    elif prompt.answers is not None:
+        turns, answers = list(prompt.turns), list(prompt.answers)
+    else:
+        turns, answers = list(prompt.turns[:1]), []
     body: dict[str, Any] = {"model": model, "max_tokens": args.max_tokens, "temperature": args.temperature,
                             "stream": True, "stream_options": {"include_usage": True}}
     if args.endpoint == "chat":
-        body["messages"] = [{"role": "user", "content": turn}]
+        messages = []
+        for i, turn in enumerate(turns):
+            messages.append({"role": "user", "content": turn})
+            if i < len(answers):
+                messages.append({"role": "assistant", "content": answers[i].strip()})
+        body["messages"] = messages
     else:
-        body["prompt"] = FIRST_TURN.format(turn=turn)
+        body["prompt"] = render_text(turns, answers)
     if args.seed is not None:
         body["seed"] = args.seed
     if args.ignore_eos:
@@ -185,9 +200,9 @@ async def run_load(args: argparse.Namespace) -> dict[str, Any]:
         url = f"{base}/v1/{'chat/completions' if args.endpoint == 'chat' else 'completions'}"
         gate = asyncio.Semaphore(args.max_concurrency)
 
-        async def limited(i: int, turn: str) -> RequestResult:
+        async def limited(i: int, prompt: Any) -> RequestResult:
             async with gate:
-                return await _one(client, url, request_body(turn, args, model), i)
+                return await _one(client, url, request_body(prompt, args, model), i)
 
         started = time.perf_counter()
         results = await asyncio.gather(*(limited(i, t) for i, t in enumerate(prompts)))

@@ -44,7 +44,7 @@ def _main_table(report: dict[str, Any]) -> Table:
     for name, justify in [
         ("category", "left"), ("prompts", "right"), ("tokens", "right"), ("plain s", "right"),
         ("spec s", "right"), ("plain tok/s", "right"), ("spec tok/s", "right"), ("speedup", "right"),
-        ("mean acc len", "right"), ("acc rate", "right"), ("identical", "right"),
+        ("decode speedup", "right"), ("mean acc len", "right"), ("acc rate", "right"), ("identical", "right"),
     ]:
         table.add_column(name, justify=justify)
 
@@ -53,7 +53,7 @@ def _main_table(report: dict[str, Any]) -> Table:
             name, str(s["prompts"]), str(s["new_tokens"]), f"{s['baseline_seconds']:.2f}",
             f"{s['speculative_seconds']:.2f}", f"{s['baseline_tokens_per_second']:.1f}",
             f"{s['speculative_tokens_per_second']:.1f}", f"{s['speedup']:.2f}x",
-            f"{s['mean_acceptance_length']:.2f}", f"{s['acceptance_rate']:.3f}",
+            f"{s.get('decode_speedup', 0.0):.2f}x", f"{s['mean_acceptance_length']:.2f}", f"{s['acceptance_rate']:.3f}",
             f"{s['identical']}/{s['prompts']} ({s['identical_fraction']:.0%})", **style,
         )
 
@@ -139,11 +139,12 @@ def print_comparison(rows: list[dict[str, Any]], console: Console | None = None)
     """Every method of one run side by side (each against the same plain runs)."""
     console = console or Console()
     table = Table(title="methods compared (same plain runs, one process)")
-    for col in ("speculative config", "speedup", "mean acc. len", "acc. rate", "acceptance per position",
+    for col in ("speculative config", "speedup", "decode speedup", "mean acc. len", "acc. rate", "acceptance per position",
                 "identical"):
         table.add_column(col, justify="left" if col.startswith("spec") or col.startswith("acceptance") else "right")
     for r in rows:
         per_pos = ", ".join(f"{a:.2f}" for a in (r.get("acceptance_rate_per_position") or []))
-        table.add_row(json.dumps(r["speculative_config"]), f"{r['speedup']:.2f}x", f"{r['mean_acceptance_length']:.2f}",
+        table.add_row(json.dumps(r["speculative_config"]), f"{r['speedup']:.2f}x",
+                      f"{r.get('decode_speedup', 0.0):.2f}x", f"{r['mean_acceptance_length']:.2f}",
                       f"{r['acceptance_rate']:.3f}", per_pos, f"{r['identical_fraction']:.3f}")
     console.print(table)

@@ -148,26 +148,33 @@ class Eagle3Drafter(SharedTargetParts):
 
     def train_unrolled(
         self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
-        past_k: list[torch.Tensor], past_v: list[torch.Tensor],
+        past_k: list[torch.Tensor], past_v: list[torch.Tensor], window: int | None = None, offset: int = 0,
     ) -> torch.Tensor:
         """Training-time test step j = len(past_k): query t attends to step-0 keys 0..t (causal) and to
         its own entries of steps 1..j-1 plus this step's (the diagonal), as drafting on its own outputs
-        does at inference. Keys of this step are appended to past_k/past_v. h, tokens: [n, ...]."""
+        does at inference. Keys of this step are appended to past_k/past_v. h, tokens: [n, ...].
+        `offset`: steps after the first may run on indices offset.. only (the rows a long prompt's scored
+        response needs); step 0 always runs on every index, and later steps share one offset.
+        `window`: step-0 keys more than `window` positions back are hidden (the drafter's attention window)."""
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
         past_k.append(k)
         past_v.append(v)
         n, heads, scale = q.shape[1], q.shape[0], 1.0 / math.sqrt(q.shape[-1])
-        k0, v0 = _expand_kv(past_k[0][:, :n], heads), _expand_kv(past_v[0][:, :n], heads)
-        scores = [torch.matmul(q, k0.transpose(-1, -2)) * scale]  # [heads, n, n]
-        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        if not offset or len(past_k) == 1:
+            offset = 0
+        k0, v0 = _expand_kv(past_k[0][:, : offset + n], heads), _expand_kv(past_v[0][:, : offset + n], heads)
+        scores = [torch.matmul(q, k0.transpose(-1, -2)) * scale]  # [heads, n, offset + n]
+        causal = torch.ones(n, offset + n, dtype=torch.bool, device=q.device).tril(offset)
+        if window is not None:
+            causal = causal.triu(offset - (window - 1))
         scores[0] = scores[0].masked_fill(~causal, float("-inf"))
         diag = [(q * _expand_kv(ki[:, :n], heads)).sum(-1, keepdim=True) * scale for ki in past_k[1:]]
         weights = torch.softmax(torch.cat(scores + diag, dim=-1).float(), dim=-1).to(q.dtype)
-        attn = torch.matmul(weights[..., :n], v0)
+        attn = torch.matmul(weights[..., : offset + n], v0)
         for i, vi in enumerate(past_v[1:]):
-            attn = attn + weights[..., n + i : n + i + 1] * _expand_kv(vi[:, :n], heads)
+            attn = attn + weights[..., offset + n + i : offset + n + i + 1] * _expand_kv(vi[:, :n], heads)
         return self._layer_output(residual, attn)
 
 

@@ -37,6 +37,11 @@ def find_continuation(tokens: np.ndarray, ngram_min: int, ngram_max: int, k: int
     The copy may run into the context's own end, and then continues with what it has just copied (as an
     LZ77 decoder does), so periodic output such as `a b a b a` drafts `b a b ...` at full length.
     """
+    return find_match(tokens, ngram_min, ngram_max, k)[0]
+
+
+def find_match(tokens: np.ndarray, ngram_min: int, ngram_max: int, k: int) -> tuple[list[int], int]:
+    """`find_continuation`'s draft and the length n of the n-gram it matched (([], 0) when none matched)."""
     length = len(tokens)
     for n in range(min(ngram_max, length - 1), ngram_min - 1, -1):
         suffix = tokens[length - n :]
@@ -46,8 +51,8 @@ def find_continuation(tokens: np.ndarray, ngram_min: int, ngram_max: int, k: int
         if len(hits):
             start = int(hits[-1]) + n
             period = length - start
-            return [int(tokens[start + (j % period)]) for j in range(k)]
-    return []
+            return [int(tokens[start + (j % period)]) for j in range(k)], n
+    return [], 0
 
 
 @register("ngram")

@@ -138,6 +138,29 @@ def resolve_model_path(name: str) -> str:
     return ALIASES[name]() if name in ALIASES else name
 
 
+def _local_model_path(name: str, dtype: torch.dtype) -> str:
+    """The folder (or hub id) transformers loads `name` from; a GGUF file is converted once first."""
+    path = resolve_model_path(name)
+    if path.endswith(".gguf"):
+        gguf = Path(path)
+        if not gguf.is_file():
+            raise ValueError(f"GGUF file not found: {gguf}")
+        return str(_gguf_snapshot(gguf, dtype))
+    if not Path(path).exists() and "/" not in path:
+        raise ValueError(
+            f"model {name!r} is not an alias ({', '.join(ALIASES)}), a GGUF file, a local folder or a hub id"
+        )
+    return path
+
+
+def load_tokenizer(name: str = DEFAULT_MODEL, dtype: str | torch.dtype = "bfloat16") -> Any:
+    """The tokenizer `load_model(name)` would give, without loading the weights (a GGUF file is still
+    converted once, as load_model does; `dtype` only picks that cached conversion)."""
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(_local_model_path(name, resolve_dtype(dtype)))
+
+
 def load_model(
     name: str = DEFAULT_MODEL,
     dtype: str | torch.dtype = "bfloat16",
@@ -149,16 +172,7 @@ def load_model(
 
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
-    path = resolve_model_path(name)
-    if path.endswith(".gguf"):
-        gguf = Path(path)
-        if not gguf.is_file():
-            raise ValueError(f"GGUF file not found: {gguf}")
-        path = str(_gguf_snapshot(gguf, torch_dtype))
-    elif not Path(path).exists() and "/" not in path:
-        raise ValueError(
-            f"model {name!r} is not an alias ({', '.join(ALIASES)}), a GGUF file, a local folder or a hub id"
-        )
+    path = _local_model_path(name, torch_dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)
     hf_model.eval()

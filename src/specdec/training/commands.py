@@ -28,9 +28,10 @@ def cmd_data_generate(args: argparse.Namespace) -> int:
                                seed=args.seed, speculative_config=args.speculative_config)
     path = generate_data(settings, Path(args.output), num_prompts=args.num_prompts,
                          data_dir=Path(args.corpora or DEFAULT_DATA_DIR),
-                         exclude=Path(args.exclude) if args.exclude else DEFAULT_EXCLUDE,
+                         exclude=[Path(x) for x in args.exclude.split(",")] if args.exclude else DEFAULT_EXCLUDE,
                          batch_size=args.batch_size,
-                         kinds=args.kinds.split(",") if args.kinds else None)
+                         kinds=args.kinds.split(",") if args.kinds else None,
+                         long_prompts=args.long_prompts, min_prompt_tokens=args.min_prompt_tokens)
     print(f"samples in {path}")
     return 0
 
@@ -240,10 +241,15 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
                           "translation, rag); default all")
     gen.add_argument("--max-new-tokens", type=int, default=256)
     gen.add_argument("--max-prompt-tokens", type=int, default=768, help="longer prompts are skipped")
+    gen.add_argument("--min-prompt-tokens", type=int, default=0, help="shorter prompts are skipped")
+    gen.add_argument("--long-prompts", action="store_true",
+                     help="add long prompts (whole articles, 5-8 passages for RAG, long chats: about 1k-4k tokens)")
     gen.add_argument("--temperature", type=float, default=0.0)
     gen.add_argument("--seed", type=int, default=0)
     gen.add_argument("--corpora", default=None, help="training corpora directory (default ../shared/data/train)")
-    gen.add_argument("--exclude", default=None, help="held-out exclusion list (default benchmarks/prompts/other_kinds.exclude.json)")
+    gen.add_argument("--exclude", default=None,
+                     help="held-out exclusion lists, comma-separated; all are skipped (default "
+                          "benchmarks/prompts/other_kinds.exclude.json,benchmarks/prompts/held_out.exclude.json)")
     gen.add_argument("--speculative-config", default=DEFAULT_DATA_SPECULATIVE_CONFIG,
                      help="how generation is accelerated (lossless, so the data is unchanged)")
     gen.add_argument("--batch-size", type=int, default=16,

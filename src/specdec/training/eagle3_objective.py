@@ -48,7 +48,9 @@ def default_eagle3_config(target: LoadedModel, draft_vocab_size: int, aux_layers
 
 def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: SampleFeatures, steps: int,
              decay: float, t2d_index: torch.Tensor, noise_std: float = 0.0,
-             score_prompt: bool = False, context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
+             score_prompt: bool = False, context_head: torch.Tensor | None = None, window: int | None = None,
+             hits: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None,
+             skip_prompt_rows: bool = True) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on were written greedily by the target.
 
     Index t at step j reads token ids[t+1+j] and predicts ids[t+2+j]; it is scored when that token is a
@@ -60,6 +62,11 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     `context_head` (the target's whole LM head) adds the sample's tokens outside the draft vocabulary as
     extra columns, each proposable once it has appeared before the draft's start (index t at any step
     drafts after the context ids[: t + 2]), for the drafter and the target's distribution alike.
+
+    `window` limits the drafter's attention (eagle3_model.train_unrolled). `hits`, when given, receives
+    (step j, the scored positions, whether each was right): accuracy against the position in the context.
+    `skip_prompt_rows`: steps after the first skip the prompt indices no scored row needs (same result; a
+    4k-token prompt with a 256-token response then costs one full step instead of `steps`).
     """
     c = drafter.config
     T = ids.shape[0]
@@ -75,11 +82,16 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     past_v: list[torch.Tensor] = []
     total = torch.zeros((), dtype=torch.float32)
     correct, counted = [], []
+    # steps after the first only need the indices from the earliest scored one on (a long prompt's response)
+    offset = max(first - steps, 0) if skip_prompt_rows else 0
     for j in range(steps):
-        n = T - 1 - j  # index t needs the input token ids[t+1+j]
+        o = offset if j else 0
+        n = T - 1 - j - o  # index t needs the input token ids[t+1+j]
         if n <= 0:
             break
-        h = drafter.train_unrolled(h[:n], ids[1 + j : 1 + j + n], torch.arange(j, j + n), past_k, past_v)
+        start = offset if j == 1 else 0  # step 0 ran on every index, later steps from the offset
+        h = drafter.train_unrolled(h[start : start + n], ids[1 + j + o : 1 + j + o + n],
+                                   torch.arange(j + o, j + o + n), past_k, past_v, window, o)
         lo, hi = max(first - 1 - j, 0), T - 2 - j  # scored indices t: first <= t+1+j <= T-2
         if hi <= lo:
             correct.append(0)
@@ -96,10 +108,13 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             correct.append(0)
             continue
         if extra is None:
-            logits = drafter.draft_logits(h[rows])
+            logits = drafter.draft_logits(h[rows - o])
         else:
-            normed = drafter.norm(h[rows])
+            normed = drafter.norm(h[rows - o])
             logits = extra.extend(drafter.draft_logits_from_normed(normed), normed, rows + 1)
         total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-        correct.append(int((logits.argmax(-1) == labels).sum()))
+        right = logits.argmax(-1) == labels
+        correct.append(int(right.sum()))
+        if hits is not None:
+            hits.append((j, rows + 1 + j, right))
     return total, StepMetrics(float(total.detach()), correct, counted)

@@ -15,12 +15,12 @@ from pathlib import Path
 from typing import Any
 
 from specdec.bench.prompts import render_prompt
-from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, build_prompts
+from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, ExcludeArg, build_prompts
 from specdec.training.self_distill import Sample
 
 
 def prompt_only_samples(tokenizer: Any, skip_ids: Collection[str], max_tokens: int, limit: int | None = None,
-                        data_dir: Path = DEFAULT_DATA_DIR, exclude: Path | None = DEFAULT_EXCLUDE,
+                        data_dir: Path = DEFAULT_DATA_DIR, exclude: ExcludeArg = DEFAULT_EXCLUDE,
                         seed: int = 0) -> list[Sample]:
     """Up to `limit` prompts (a seeded random choice) not in `skip_ids`, rendered like the benchmark's prompts
     and at most `max_tokens` long, as samples with an empty response."""

@@ -1,8 +1,9 @@
 """Training prompts of mixed kinds, built from the corpora in ../shared/data/train.
 
 Every source becomes a list of `TrainPrompt` (turns + earlier answers, rendered like the benchmark's
-prompts so the drafter sees the same format). Items used by the held-out benchmark
-(`benchmarks/prompts/other_kinds.exclude.json`) are skipped; ../shared/data/eval is never read.
+prompts so the drafter sees the same format). Items used by the held-out benchmarks
+(`benchmarks/prompts/other_kinds.exclude.json` and `benchmarks/prompts/held_out.exclude.json`) are skipped;
+../shared/data/eval is never read.
 """
 
 from __future__ import annotations
@@ -10,12 +11,15 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
 DEFAULT_DATA_DIR = Path(__file__).resolve().parents[3].parent / "shared" / "data" / "train"
-DEFAULT_EXCLUDE = Path(__file__).resolve().parents[3] / "benchmarks" / "prompts" / "other_kinds.exclude.json"
+_PROMPTS_DIR = Path(__file__).resolve().parents[3] / "benchmarks" / "prompts"
+# Every held-out benchmark's exclusion list; all of them are applied (a missing one is an error).
+DEFAULT_EXCLUDE: tuple[Path, ...] = (_PROMPTS_DIR / "other_kinds.exclude.json", _PROMPTS_DIR / "held_out.exclude.json")
+ExcludeArg = Path | str | Sequence[Path | str] | None
 MAX_PASSAGE_WORDS = 320  # keeps summarization/RAG prompts near 500 tokens
 
 
@@ -33,20 +37,41 @@ class Exclusions:
     tatoeba_texts: frozenset[str]
     wikitext_ids: frozenset[str]
     webquestions: frozenset[str]  # qIds and qTexts
+    topical_chat_ids: frozenset[str] = frozenset()  # conversation ids (the keys of topical_chat/*.json)
+    topical_chat_urls: frozenset[str] = frozenset()  # article_url of those conversations (writing tasks)
+    gsm8k_indices: frozenset[int] = frozenset()  # 0-based line numbers in gsm8k_train/train.jsonl
 
     @classmethod
     def load(cls, path: Path | None) -> Exclusions:
-        if path is None or not path.is_file():
+        """One exclusion list (`benchmarks/prompts/*.exclude.json`); a section a file lacks excludes nothing."""
+        if path is None or not Path(path).is_file():
             raise FileNotFoundError(f"exclusion list not found: {path} (held-out prompts must never be trained on)")
-        data = json.loads(path.read_text(encoding="utf-8"))
-        tat = data["tatoeba_deu_eng"]
-        web = data["webquestions"]["items"]
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        known = ("tatoeba_deu_eng", "wikitext2", "webquestions", "topical_chat", "gsm8k_train")
+        if not isinstance(data, dict) or not any(k in data for k in known):
+            raise ValueError(f"{path}: not an exclusion list (it has none of {', '.join(known)})")
+        tat = data.get("tatoeba_deu_eng", {})
+        web = data.get("webquestions", {}).get("items", [])
+        chat = data.get("topical_chat", {})
         return cls(
-            tatoeba_lines=frozenset(tat["line_numbers"]),
+            tatoeba_lines=frozenset(tat.get("line_numbers", [])),
             tatoeba_texts=frozenset(tat.get("deu", []) + tat.get("eng", [])),
-            wikitext_ids=frozenset(data["wikitext2"]["article_ids"]),
+            wikitext_ids=frozenset(data.get("wikitext2", {}).get("article_ids", [])),
             webquestions=frozenset([w["qId"] for w in web] + [w["qText"] for w in web]),
+            topical_chat_ids=frozenset(chat.get("conversation_ids", [])),
+            topical_chat_urls=frozenset(chat.get("article_urls", [])),
+            gsm8k_indices=frozenset(data.get("gsm8k_train", {}).get("indices", [])),
         )
+
+    @classmethod
+    def load_all(cls, paths: ExcludeArg) -> Exclusions:
+        """The union of several exclusion lists (one path or a sequence); None or no path is an error."""
+        if paths is None or isinstance(paths, (str, Path)):
+            paths = [paths]
+        if not paths:
+            raise FileNotFoundError("no exclusion list given (held-out prompts must never be trained on)")
+        parts = [cls.load(Path(p) if p is not None else None) for p in paths]
+        return cls(*(frozenset().union(*(getattr(e, f) for e in parts)) for f in cls.__dataclass_fields__))
 
 
 def _jsonl(path: Path) -> Iterator[dict]:
@@ -64,9 +89,14 @@ def _passage(text: str, rng: random.Random) -> str:
     return " ".join(words[start : start + MAX_PASSAGE_WORDS])
 
 
-def _gsm8k(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+# A source returns None in place of a held-out item: build_prompts shuffles the list with its placeholders and
+# drops them afterwards, so holding items out changes no random draw (of this source or of the later ones).
+Items = list[TrainPrompt | None]
+
+
+def _gsm8k(root: Path, ex: Exclusions, rng: random.Random) -> Items:
     return [
-        TrainPrompt(f"gsm8k-{i}", "math", (d["question"],))
+        None if i in ex.gsm8k_indices else TrainPrompt(f"gsm8k-{i}", "math", (d["question"],))
         for i, d in enumerate(_jsonl(root / "gsm8k_train" / "train.jsonl"))
     ]
 
@@ -111,13 +141,19 @@ def _arena(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
     return out
 
 
-def _topical_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
-    out = []
-    for name in ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json"):
+TOPICAL_CHAT_FILES = ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json")
+
+
+def _topical_chat(root: Path, ex: Exclusions, rng: random.Random) -> Items:
+    out: Items = []
+    for name in TOPICAL_CHAT_FILES:
         convs = json.loads((root / "topical_chat" / name).read_text(encoding="utf-8"))
         for cid, conv in convs.items():
             msgs = [m["message"] for m in conv["content"]]
             n_turns = rng.randint(1, min(4, len(msgs) // 2))  # replay a few exchanges, then ask the next
+            if cid in ex.topical_chat_ids:  # drawn all the same, so the other conversations' draws stay
+                out.append(None)
+                continue
             turns = tuple(msgs[0 : 2 * n_turns : 2])
             answers = tuple(msgs[1 : 2 * n_turns - 1 : 2])
             out.append(TrainPrompt(f"topical-{cid}", "chat", turns, answers))
@@ -151,19 +187,24 @@ def headline_from_url(url: str) -> str | None:
     return text[0].upper() + text[1:]
 
 
-def _writing(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
-    """Writing tasks (blog posts, emails, stories, letters) on the news stories Topical-Chat talks about."""
+def _writing(root: Path, ex: Exclusions, rng: random.Random) -> Items:
+    """Writing tasks (blog posts, emails, stories, letters) on the news stories Topical-Chat talks about.
+    The story of a held-out conversation is skipped (even where another conversation talks about it too)."""
     urls: set[str] = set()
-    for name in ("valid_freq.json", "valid_rare.json", "test_freq.json", "test_rare.json"):
+    held = set(ex.topical_chat_urls)
+    for name in TOPICAL_CHAT_FILES:
         convs = json.loads((root / "topical_chat" / name).read_text(encoding="utf-8"))
         urls.update(conv["article_url"] for conv in convs.values() if conv.get("article_url"))
-    out = []
-    for i, url in enumerate(sorted(urls)):
+        held.update(conv["article_url"] for cid, conv in convs.items()
+                    if cid in ex.topical_chat_ids and conv.get("article_url"))
+    out: Items = []
+    for i, url in enumerate(sorted(urls)):  # every story keeps its index i and its draw, held out or not
         headline = headline_from_url(url)
         if headline is None:
             continue
         for j, task in enumerate(rng.sample(WRITING_TASKS, 2)):
-            out.append(TrainPrompt(f"writing-{i}-{j}", "writing", (task.format(h=headline),)))
+            out.append(None if url in held else
+                       TrainPrompt(f"writing-{i}-{j}", "writing", (task.format(h=headline),)))
     return out
 
 
@@ -256,7 +297,7 @@ def _articles(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPromp
     return out
 
 
-SOURCES: dict[str, Callable[[Path, Exclusions, random.Random], list[TrainPrompt]]] = {
+SOURCES: dict[str, Callable[[Path, Exclusions, random.Random], Items]] = {
     "gsm8k": _gsm8k,
     "mbpp": _mbpp,
     "stdlib": _stdlib,
@@ -272,21 +313,28 @@ SOURCES: dict[str, Callable[[Path, Exclusions, random.Random], list[TrainPrompt]
 
 
 def build_prompts(
-    data_dir: Path = DEFAULT_DATA_DIR, exclude: Path | None = DEFAULT_EXCLUDE, seed: int = 0
+    data_dir: Path = DEFAULT_DATA_DIR, exclude: ExcludeArg = DEFAULT_EXCLUDE, seed: int = 0, long: bool = False
 ) -> list[TrainPrompt]:
-    """All prompts, interleaved across sources so any prefix of the list is a mix of kinds."""
+    """All prompts, interleaved across sources so any prefix of the list is a mix of kinds. `exclude`: one
+    exclusion list or several (default: every held-out benchmark's); their items are all skipped. `long`
+    adds the long prompts of long_prompts.py (1k-4k tokens; opt-in, so the default list never changes)."""
     data_dir = Path(data_dir)
     if "eval" in data_dir.resolve().parts:
         raise ValueError(f"refusing to build training prompts from an eval directory: {data_dir}")
     if not data_dir.is_dir():
         raise FileNotFoundError(f"training corpora not found: {data_dir}")
-    ex = Exclusions.load(Path(exclude) if exclude is not None else None)
+    ex = Exclusions.load_all(exclude)
     rng = random.Random(seed)
     pools = []
-    for name, build in SOURCES.items():
+    sources = dict(SOURCES)
+    if long:
+        from specdec.training.long_prompts import LONG_SOURCES
+
+        sources.update(LONG_SOURCES)
+    for name, build in sources.items():
         items = build(data_dir, ex, rng)
-        rng.shuffle(items)
-        pools.append(items)
+        rng.shuffle(items)  # held-out items are None here: the shuffle draws as if they were present
+        pools.append([p for p in items if p is not None])
     mixed: list[TrainPrompt] = []
     while any(pools):
         for pool in pools:

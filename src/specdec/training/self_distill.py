@@ -21,7 +21,7 @@ from typing import Any, BinaryIO
 from tqdm import tqdm
 
 from specdec.bench.prompts import render_prompt
-from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, TrainPrompt, build_prompts
+from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, ExcludeArg, TrainPrompt, build_prompts
 
 SAMPLES_FILE = "samples.jsonl"
 PACKED_SAMPLES_FILE = "samples.jsonl.gz"  # a finished data set as committed to the repository
@@ -130,15 +130,18 @@ def generate_data(
     output: Path,
     num_prompts: int | None = None,
     data_dir: Path = DEFAULT_DATA_DIR,
-    exclude: Path | None = DEFAULT_EXCLUDE,
+    exclude: ExcludeArg = DEFAULT_EXCLUDE,
     llm: Any = None,
     prompts: list[TrainPrompt] | None = None,
     progress: bool = True,
     batch_size: int = 1,
     kinds: Collection[str] | None = None,
+    long_prompts: bool = False,
+    min_prompt_tokens: int = 0,
 ) -> Path:
     """Generates (or resumes) a data directory; returns the path of its samples file. `kinds` keeps only
-    prompts of those kinds (before `num_prompts` takes the first ones)."""
+    prompts of those kinds (before `num_prompts` takes the first ones). `long_prompts` adds the long sources
+    (long_prompts.py); prompts shorter than `min_prompt_tokens` are skipped (a data set of long ones only)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     from specdec.api import LLM
@@ -154,7 +157,7 @@ def generate_data(
     _repair_tail(path)
     done = {s.id for s in read_samples(output)} if path.is_file() else set()
     if prompts is None:
-        prompts = build_prompts(data_dir, exclude, seed=settings.seed)
+        prompts = build_prompts(data_dir, exclude, seed=settings.seed, long=long_prompts)
     if kinds is not None:
         unknown = set(kinds) - {p.kind for p in prompts}
         if unknown:
@@ -178,7 +181,7 @@ def generate_data(
     queued: dict[str, tuple[TrainPrompt, list[int]]] = {}
     for prompt in todo:
         ids = render_prompt(tokenizer, prompt.turns, prompt.answers)
-        if len(ids) > settings.max_prompt_tokens:  # cutting would drop the answer cue: skip instead
+        if not min_prompt_tokens <= len(ids) <= settings.max_prompt_tokens:  # cutting would drop the answer cue
             bar.update(1)
             continue
         queued[scheduler.add(ids, params)] = (prompt, ids)
