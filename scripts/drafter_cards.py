@@ -98,12 +98,11 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
                     chain_only = ("tree_top_k", "confidence_threshold")
                 shown = json.dumps({k: v for k, v in cfg.items() if k != "model" and k not in chain_only})
                 prompts = o["prompts"] if "prompts" in o else len(run["per_prompt"])
+                decode = f"{o['decode_speedup']:.2f}x" if "decode_speedup" in o else "-"
                 rows[(set_name, prompts, shown)] = (  # MT-Bench had two selections: both rows stay
                     f"| {set_name} ({prompts} prompts) | "
                     f"`{shown}` | {o['identical_fraction']:.3f} | {o['mean_acceptance_length']:.2f} | "
-                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | "
-                    f"{o['decode_speedup']:.2f}x | `{run_name}` |" if "decode_speedup" in o else
-                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | - | `{run_name}` |")
+                    f"{o['acceptance_rate']:.3f} | {per_pos} | {o['speedup']:.2f}x | {decode} | `{run_name}` |")
     return [rows[k] for k in sorted(rows, key=lambda k: k[0])]  # by prompt set, in run order within one
 
 
@@ -261,10 +260,10 @@ def card(directory: Path) -> str:
         "math, translation both ways; 1-3k-token prompts for the first two). `decode speedup` leaves out each "
         "mode's prefill, which the long prompts' wall time is mostly made of (runs before it existed: -).",
         "",
-        *position_section(directory),
         "This drafter is undertrained (a CPU budget of hours, not GPU-days): lossless, but far from the "
         "acceptance a well-trained drafter reaches; the table above gives its speed on this CPU. Retrain with more "
         "data and steps (`--resume` continues a run; `--init-from` fine-tunes this drafter).",
+        *([""] + position_section(directory) if position_section(directory) else []),
     ]
     return "\n".join(lines) + "\n"
 
