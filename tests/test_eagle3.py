@@ -29,9 +29,8 @@ def test_default_aux_layers_follow_eagle3():
     assert default_aux_layers(4) == [1, 2]  # tiny models: deduplicated, in range
 
 
-def test_training_time_test_window_hides_exactly_the_keys_further_back(zoo):
-    """`window` (the accuracy-by-position diagnostic's) masks step-0 keys more than `window` positions back:
-    step 0 at index t equals inference over the last `window` committed positions only."""
+def _drafter_and_fused_features(zoo):
+    """A random EAGLE-3 drafter on the tiny llama, 20 random token ids and their fused target features."""
     target = zoo.load("llama", "float32")
     torch.manual_seed(0)
     drafter = Eagle3Drafter(default_eagle3_config(target, target.vocab_size)).eval()
@@ -41,6 +40,13 @@ def test_training_time_test_window_hides_exactly_the_keys_further_back(zoo):
     ids = torch.randint(3, target.vocab_size, (20,), generator=torch.Generator().manual_seed(1))
     feats = FeatureExtractor(target, drafter.config.aux_layer_ids).compute(ids.tolist())
     fused = drafter.fuse(torch.cat([feats.hidden[i] for i in drafter.config.aux_layer_ids], -1).float())
+    return drafter, ids, fused
+
+
+def test_training_time_test_window_hides_exactly_the_keys_further_back(zoo):
+    """`window` (the accuracy-by-position diagnostic's) masks step-0 keys more than `window` positions back:
+    step 0 at index t equals inference over the last `window` committed positions only."""
+    drafter, ids, fused = _drafter_and_fused_features(zoo)
     n, window = len(ids) - 1, 4
     with torch.no_grad():
         full = drafter.train_unrolled(fused[:n], ids[1 : 1 + n], torch.arange(n), [], [])
@@ -59,15 +65,7 @@ def test_training_time_test_window_hides_exactly_the_keys_further_back(zoo):
 def test_training_time_test_attention_equals_chained_inference(zoo):
     """Step j of train_unrolled at index t must compute exactly what inference computes when it drafts
     j tokens after committing position t: an off-by-one here silently collapses acceptance."""
-    target = zoo.load("llama", "float32")
-    torch.manual_seed(0)
-    drafter = Eagle3Drafter(default_eagle3_config(target, target.vocab_size)).eval()
-    drafter.set_draft_vocab(torch.arange(target.vocab_size))
-    dec = target.decoder
-    drafter.attach_target(dec.embed.weight, dec.head_weight(), dec.arch.embed_scale or 1.0)
-    ids = torch.randint(3, target.vocab_size, (20,), generator=torch.Generator().manual_seed(1))
-    feats = FeatureExtractor(target, drafter.config.aux_layer_ids).compute(ids.tolist())
-    fused = drafter.fuse(torch.cat([feats.hidden[i] for i in drafter.config.aux_layer_ids], -1).float())
+    drafter, ids, fused = _drafter_and_fused_features(zoo)
     steps, past_k, past_v, outs = 3, [], [], []
     with torch.no_grad():
         h = fused

@@ -14,11 +14,11 @@ from pathlib import Path
 
 from specdec.training.prompt_sources import (
     TOPICAL_CHAT_FILES,
-    UNK_BLANK,
-    YEAR,
     Exclusions,
     TrainPrompt,
     _jsonl,
+    rag_prompt,
+    rag_question,
     wiki_chunks,
 )
 
@@ -64,20 +64,11 @@ def long_rag(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt
     for d in articles:
         mine = [c for aid, c in pool if aid == d["id"]]
         for j, gold in enumerate(rng.sample(mine, min(2, len(mine)))):
-            years = YEAR.findall(gold)
-            title = d["title"].replace("<unk>", UNK_BLANK)
-            if years and (j % 2 or UNK_BLANK in title):
-                question = f"According to the passages, what happened in {years[0]}?"
-            elif UNK_BLANK not in title:
-                question = f"What do the passages say about {title}?"
-            else:
+            question = rag_question(gold, d["title"], j, "What do the passages say about {title}?")
+            if question is None:
                 continue
             others = [c for aid, c in rng.sample(pool, 12) if aid != d["id"]][: rng.randint(4, 7)]
-            passages = [gold, *others]
-            rng.shuffle(passages)
-            body = "\n".join(f"Passage {n}: {p}" for n, p in enumerate(passages, 1))
-            out.append(TrainPrompt(f"longrag-{d['id']}-{j}", "rag",
-                                   (f"Use the passages to answer.\n\n{body}\n\nQuestion: {question}",)))
+            out.append(TrainPrompt(f"longrag-{d['id']}-{j}", "rag", (rag_prompt([gold, *others], question, rng),)))
     return out
 
 

@@ -230,6 +230,26 @@ def wiki_chunks(text: str, lo: int = 120, hi: int = 380) -> list[str]:
     return chunks
 
 
+def rag_prompt(passages: list[str], question: str, rng: random.Random) -> str:
+    """The passages in a random order, numbered, then the question: the benchmark's RAG layout."""
+    passages = list(passages)
+    rng.shuffle(passages)
+    body = "\n".join(f"Passage {n}: {p}" for n, p in enumerate(passages, 1))
+    return f"Use the passages to answer.\n\n{body}\n\nQuestion: {question}"
+
+
+def rag_question(gold: str, title: str, j: int, about: str) -> str | None:
+    """A question the passage `gold` of the article `title` answers: what happened in a year it names (every
+    other question, or when the title has a blank), else `about` with the title; None when neither fits."""
+    years = YEAR.findall(gold)
+    title = title.replace("<unk>", UNK_BLANK)
+    if years and (j % 2 or UNK_BLANK in title):
+        return f"According to the passages, what happened in {years[0]}?"
+    if UNK_BLANK not in title:
+        return about.format(title=title)
+    return None
+
+
 def _wiki(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
     """Summaries of WikiText-2 passages, and questions over three passages (one answers it). Articles held
     out for the benchmark are skipped; <unk> (about 6% of the words) shows as a blank."""
@@ -244,20 +264,11 @@ def _wiki(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
             out.append(TrainPrompt(f"wiki-{d['id']}-{j}", "summarization", (text,)))
         for j, gold in enumerate(rng.sample(mine, min(2, len(mine)))):
             gold = " ".join(gold.split()[:150])
-            years = YEAR.findall(gold)
-            title = d["title"].replace("<unk>", UNK_BLANK)
-            if years and (j % 2 or UNK_BLANK in title):
-                question = f"According to the passages, what happened in {years[0]}?"
-            elif UNK_BLANK not in title:
-                question = f"What is {title}?"
-            else:
+            question = rag_question(gold, d["title"], j, "What is {title}?")
+            if question is None:
                 continue
             others = [" ".join(c.split()[:150]) for aid, c in rng.sample(pool, 6) if aid != d["id"]][:2]
-            passages = [gold, *others]
-            rng.shuffle(passages)
-            body = "\n".join(f"Passage {n}: {p}" for n, p in enumerate(passages, 1))
-            out.append(TrainPrompt(f"wikirag-{d['id']}-{j}", "rag",
-                                   (f"Use the passages to answer.\n\n{body}\n\nQuestion: {question}",)))
+            out.append(TrainPrompt(f"wikirag-{d['id']}-{j}", "rag", (rag_prompt([gold, *others], question, rng),)))
     return out
 
 
