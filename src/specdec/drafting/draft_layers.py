@@ -35,7 +35,7 @@ def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor
 
 
 class RMSNorm(nn.Module):
-    """RMSNorm computed in float32 whatever the input dtype (bf16 autocast in training, bf16 inference)."""
+    """RMSNorm computed in float32 whatever the input dtype (float32 in training, bf16 at inference)."""
 
     def __init__(self, size: int, eps: float) -> None:
         super().__init__()

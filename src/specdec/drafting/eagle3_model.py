@@ -153,17 +153,19 @@ class Eagle3Drafter(SharedTargetParts):
         """Training-time test step j = len(past_k): query t attends to step-0 keys 0..t (causal) and to
         its own entries of steps 1..j-1 plus this step's (the diagonal), as drafting on its own outputs
         does at inference. Keys of this step are appended to past_k/past_v. h, tokens: [n, ...].
-        `offset`: steps after the first may run on indices offset.. only (the rows a long prompt's scored
-        response needs); step 0 always runs on every index, and later steps share one offset.
+        `offset`: only indices offset.. are needed as outputs (the rows a long prompt's scored response
+        needs). Step 0 takes every index, as its keys and values are every later query's context, but runs
+        its queries, and returns its outputs, from `offset` on only: the attention over a long prompt then
+        costs [n - offset, n] rather than [n, n]. Later steps take (and return) indices offset.. only.
         `window`: step-0 keys more than `window` positions back are hidden (the drafter's attention window)."""
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
         past_k.append(k)
         past_v.append(v)
+        if len(past_k) == 1 and offset:
+            q, residual = q[:, offset:], residual[offset:]
         n, heads, scale = q.shape[1], q.shape[0], 1.0 / math.sqrt(q.shape[-1])
-        if not offset or len(past_k) == 1:
-            offset = 0
         k0, v0 = _expand_kv(past_k[0][:, : offset + n], heads), _expand_kv(past_v[0][:, : offset + n], heads)
         scores = [torch.matmul(q, k0.transpose(-1, -2)) * scale]  # [heads, n, offset + n]
         causal = torch.ones(n, offset + n, dtype=torch.bool, device=q.device).tril(offset)

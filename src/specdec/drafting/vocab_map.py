@@ -65,12 +65,16 @@ class SharedTargetParts(DraftVocab):
     _head: torch.Tensor | None = None
     norm: nn.Module
 
-    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float) -> None:
+    def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float,
+                      head_dtype: torch.dtype | None = None) -> None:
         """Frozen views of the target's embedding (scaled as the target scales its input) and LM head rows of
-        the draft vocab, never trained nor saved."""
+        the draft vocab, never trained nor saved. `head_dtype`: a copy of those rows in this dtype (training
+        passes float32: CPU bf16 matmuls with an 8k inner dimension run at a fraction of a GFLOP/s backward)."""
         self._embed = embed_weight.detach()
         self._embed_scale = embed_scale
         self._head = self.head_rows(head_weight)
+        if head_dtype is not None:
+            self._head = self._head.to(head_dtype)
 
     def ready_for(self, target: LoadedModel) -> Self:
         """For inference beside `target`: on its device and dtype, in eval mode, its embedding and head attached."""

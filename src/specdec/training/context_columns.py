@@ -26,7 +26,7 @@ class ContextColumns:
     static_size: int
     ids: torch.Tensor  # [E] target ids, ascending
     first: torch.Tensor  # [E] position of each one's first occurrence in the sample
-    rows: torch.Tensor  # [E, H] the target's LM head rows of these ids
+    rows: torch.Tensor  # [E, H] the target's LM head rows of these ids, float32
 
     def allowed(self, context_end: torch.Tensor) -> torch.Tensor:
         """[n, E] whether each extra column is proposable after a context that ends at `context_end` [n]
@@ -63,7 +63,7 @@ def context_columns(ids: torch.Tensor, t2d_index: torch.Tensor, head_weight: tor
     unique, inverse = torch.unique(tokens, sorted=True, return_inverse=True)
     first = torch.full((unique.numel(),), ids.numel(), dtype=torch.long, device=ids.device)
     first.scatter_reduce_(0, inverse, positions, reduce="amin")
-    rows = head_weight.detach()[unique.to(head_weight.device)]
+    rows = head_weight.detach()[unique.to(head_weight.device)].float()  # float32, as the training heads
     return ContextColumns(int((t2d_index >= 0).sum()), unique, first, rows)
 
 

@@ -85,13 +85,13 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     # steps after the first only need the indices from the earliest scored one on (a long prompt's response)
     offset = max(first - steps, 0) if skip_prompt_rows else 0
     for j in range(steps):
-        o = offset if j else 0
+        o = offset if j else 0  # step 0 takes every index (its keys are the context), later steps the offset's
         n = T - 1 - j - o  # index t needs the input token ids[t+1+j]
         if n <= 0:
             break
-        start = offset if j == 1 else 0  # step 0 ran on every index, later steps from the offset
-        h = drafter.train_unrolled(h[start : start + n], ids[1 + j + o : 1 + j + o + n],
-                                   torch.arange(j + o, j + o + n), past_k, past_v, window, o)
+        # every step's output starts at index `offset` (step 0 runs its queries from there only)
+        h = drafter.train_unrolled(h[:n], ids[1 + j + o : 1 + j + o + n], torch.arange(j + o, j + o + n),
+                                   past_k, past_v, window, offset)
         lo, hi = max(first - 1 - j, 0), T - 2 - j  # scored indices t: first <= t+1+j <= T-2
         if hi <= lo:
             correct.append(0)
@@ -108,9 +108,9 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
             correct.append(0)
             continue
         if extra is None:
-            logits = drafter.draft_logits(h[rows - o])
+            logits = drafter.draft_logits(h[rows - offset])
         else:
-            normed = drafter.norm(h[rows - o])
+            normed = drafter.norm(h[rows - offset])
             logits = extra.extend(drafter.draft_logits_from_normed(normed), normed, rows + 1)
         total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         right = logits.argmax(-1) == labels

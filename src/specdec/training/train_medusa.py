@@ -99,7 +99,7 @@ class MedusaObjective:
     def after_load(self) -> None:
         decoder = self.target.decoder
         assert decoder is not None
-        self.model.attach_target(decoder.head_weight())
+        self.model.attach_target(decoder.head_weight(), head_dtype=torch.float32)
         self.t2d_index = self.model.target_to_draft()
         self.context_head = decoder.head_weight().detach()
 
@@ -107,10 +107,10 @@ class MedusaObjective:
         ids = [*sample.prompt_ids, *sample.response_ids]
         feats = self.features.get(ids)
         score_prompt = self.options.score_prompt and self.model.training  # validation: responses only
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
-            loss, metrics = medusa_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats.final_hidden,
-                                        self.options.loss_decay, self.t2d_index, score_prompt,
-                                        self.context_head if self.options.context_vocab else None)
+        # float32 throughout: on CPU it is several times faster than bf16 autocast, backward above all
+        loss, metrics = medusa_loss(self.model, torch.tensor(ids), len(sample.prompt_ids), feats.final_hidden,
+                                    self.options.loss_decay, self.t2d_index, score_prompt,
+                                    self.context_head if self.options.context_vocab else None)
         if not score_prompt:  # the rank table (the saved tree's source) counts generated responses only
             self.recent_ranks.append(metrics.ranks)
         return loss, metrics

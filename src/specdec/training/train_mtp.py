@@ -79,18 +79,18 @@ class MTPObjective:
     def after_load(self) -> None:
         decoder = self.target.decoder
         assert decoder is not None
-        self.model.attach_target(decoder)
+        self.model.attach_target(decoder, head_dtype=torch.float32)
         self.t2d_index = self.model.target_to_draft()
         self.context_head = decoder.head_weight().detach()
 
     def loss(self, sample: Sample) -> tuple[torch.Tensor, StepMetrics]:
         ids = [*sample.prompt_ids, *sample.response_ids]
         feats = self.features.get(ids)
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.target.device.type == "cpu"):
-            return mtp_loss(self.model, torch.tensor(ids, device=self.target.device), len(sample.prompt_ids),
-                            feats.final_hidden, self.weights, self.t2d_index,
-                            score_prompt=self.options.score_prompt and self.model.training,
-                            context_head=self.context_head if self.options.context_vocab else None)
+        # float32 throughout: on CPU it is several times faster than bf16 autocast, backward above all
+        return mtp_loss(self.model, torch.tensor(ids, device=self.target.device), len(sample.prompt_ids),
+                        feats.final_hidden, self.weights, self.t2d_index,
+                        score_prompt=self.options.score_prompt and self.model.training,
+                        context_head=self.context_head if self.options.context_vocab else None)
 
     def response_coverage(self, samples: Sequence[Sample]) -> float | None:
         return context_response_coverage(self, samples)
