@@ -73,11 +73,8 @@ class MedusaHeads(DraftVocab):
 
     def attach_target(self, head_weight: torch.Tensor, head_dtype: torch.dtype | None = None) -> None:
         """The target's LM head rows of the draft vocabulary: the heads' projection unless they have their
-        own, and the rows training starts own projections from. `head_dtype`: a copy of those rows in this
-        dtype (training passes float32, as for EAGLE-3)."""
-        self._head = self.head_rows(head_weight)
-        if head_dtype is not None:
-            self._head = self._head.to(head_dtype)
+        own, and the rows training starts own projections from; `head_dtype` as in `head_rows`."""
+        self._head = self.head_rows(head_weight, head_dtype)
 
     def start_own_heads_from_target(self) -> None:
         """Medusa-1's initialisation of own projections: every head starts as the target's LM head."""

@@ -92,10 +92,9 @@ class MTPDrafter(DraftVocab):
         return self.layers[min(depth, len(self.layers)) - 1]  # type: ignore[return-value]
 
     def attach_target(self, decoder: Decoder, head_dtype: torch.dtype | None = None) -> None:
-        """The target's embedding, RoPE tables and LM head rows (frozen, shared, never saved). `head_dtype`:
-        a copy of those rows in this dtype (training passes float32, as for EAGLE-3)."""
-        rows = self.head_rows(decoder.head_weight())
-        self._target = (decoder, rows if head_dtype is None else rows.to(head_dtype))
+        """The target's embedding, RoPE tables and LM head rows (frozen, shared, never saved); `head_dtype`
+        as in `head_rows`."""
+        self._target = (decoder, self.head_rows(decoder.head_weight(), head_dtype))
 
     @property
     def target(self) -> Decoder:

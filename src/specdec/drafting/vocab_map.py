@@ -51,9 +51,12 @@ class DraftVocab(nn.Module):
         index[self.draft_ids()] = torch.arange(self.d2t.numel(), device=self.d2t.device)
         return index
 
-    def head_rows(self, head_weight: torch.Tensor) -> torch.Tensor:
-        """The target's LM head rows of the draft vocabulary (a frozen copy, never trained or saved)."""
-        return head_weight.detach()[self.draft_ids().to(head_weight.device)].contiguous()
+    def head_rows(self, head_weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor:
+        """The target's LM head rows of the draft vocabulary (a frozen copy, never trained or saved), in
+        `dtype` when given (training passes float32: CPU bf16 matmuls with an 8k inner dimension run at a
+        fraction of a GFLOP/s backward)."""
+        rows = head_weight.detach()[self.draft_ids().to(head_weight.device)].contiguous()
+        return rows if dtype is None else rows.to(dtype)
 
 
 class SharedTargetParts(DraftVocab):
@@ -68,13 +71,10 @@ class SharedTargetParts(DraftVocab):
     def attach_target(self, embed_weight: torch.Tensor, head_weight: torch.Tensor, embed_scale: float,
                       head_dtype: torch.dtype | None = None) -> None:
         """Frozen views of the target's embedding (scaled as the target scales its input) and LM head rows of
-        the draft vocab, never trained nor saved. `head_dtype`: a copy of those rows in this dtype (training
-        passes float32: CPU bf16 matmuls with an 8k inner dimension run at a fraction of a GFLOP/s backward)."""
+        the draft vocab, never trained nor saved; `head_dtype` as in `head_rows`."""
         self._embed = embed_weight.detach()
         self._embed_scale = embed_scale
-        self._head = self.head_rows(head_weight)
-        if head_dtype is not None:
-            self._head = self._head.to(head_dtype)
+        self._head = self.head_rows(head_weight, head_dtype)
 
     def ready_for(self, target: LoadedModel) -> Self:
         """For inference beside `target`: on its device and dtype, in eval mode, its embedding and head attached."""
