@@ -13,6 +13,7 @@ from specdec.drafting.registry import get_method
 from specdec.engine.loop import StepOutput, generate_tokens
 from specdec.engine.stats import SpecDecodingStats
 from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from specdec.quantization.apply import check_mode
 from specdec.sampling_params import SamplingParams
 from specdec.scheduling.cost_curve import CostCurve, measure_cost_curve
 from specdec.scheduling.draft_length import (
@@ -65,6 +66,9 @@ class LLM:
         max_num_seqs: sequences `generate` runs at once in one batched forward (continuous batching).
         max_num_batched_tokens: rows per step (verification rows, then prefill chunks).
         kv_cache_memory_bytes: the running sequences' KV caches together (admission waits beyond it).
+        quantization: None (dense weights), "int8" (per output channel), "int4" (groups of 32) or "gguf" (a
+            GGUF file's own quantized tensors, e.g. the default model's Q4_K_M), vLLM's key: the linear
+            layers and LM head run quantized in a row-invariant kernel, so speculation stays lossless.
     """
 
     def __init__(
@@ -78,6 +82,7 @@ class LLM:
         max_num_seqs: int = 32,
         max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
+        quantization: str | None = None,
     ) -> None:
         speculative_config = SpeculativeConfig.from_value(speculative_config)
         self.speculative_config = speculative_config
@@ -88,7 +93,11 @@ class LLM:
         problems = self.scheduler_config.problems()
         if problems:
             raise ValueError("; ".join(problems))
-        self.model = loaded if loaded is not None else load_model(model, dtype=dtype, device=device)
+        check_mode(quantization)
+        if loaded is not None and quantization is not None and loaded.quantization != quantization:
+            raise ValueError(f"quantization={quantization!r} does not match the loaded model's {loaded.quantization!r}")
+        self.model = loaded if loaded is not None else load_model(model, dtype=dtype, device=device,
+                                                                   quantization=quantization)
         self.tokenizer = self.model.tokenizer
         self.runtime = self.model.new_runtime()
         self.proposer: Proposer | None = None

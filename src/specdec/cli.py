@@ -1,4 +1,4 @@
-"""`specdec generate | bench | bench serve | bench soak | serve | demo`: the command line. Subcommands
+"""`specdec generate | bench | bench serve | bench soak | serve | demo | quality | train ...`: the command line. Subcommands
 import their heavy modules lazily."""
 
 from __future__ import annotations
@@ -15,6 +15,11 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"alias, GGUF file, HF folder or hub id (default {DEFAULT_MODEL})")
     parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPE_NAMES))
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
+    parser.add_argument(
+        "--quantization", default=None,
+        help="weight-only quantization of the linear layers and LM head: int8 (per channel), int4 (groups of "
+        "32) or gguf (a GGUF model's own quantized tensors, e.g. the default model's Q4_K_M); default: none",
+    )
     parser.add_argument(
         "--threads", type=int, default=None,
         help="CPU threads for torch (default: torch's choice, one per core). On a CPU shared with other "
@@ -45,7 +50,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         seed=args.seed, stop=args.stop or [],
     )
     config = parse_speculative_config(args.speculative_config)
-    llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device)
+    llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
+              quantization=args.quantization)
     printed = ""
     last = None
     for last in llm.stream(prompt, params):
@@ -84,6 +90,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specdec.bench.serve_load import add_bench_serve_parser
     from specdec.bench.soak import add_bench_soak_parser
     from specdec.demo import add_demo_parser
+    from specdec.quality.command import add_quality_parser
     from specdec.serving.server import add_serve_parser
     from specdec.training.commands import add_training_parsers
 
@@ -92,6 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_bench_soak_parser(sub)
     add_serve_parser(sub)
     add_demo_parser(sub)
+    add_quality_parser(sub)
     add_training_parsers(sub)
     return parser
 

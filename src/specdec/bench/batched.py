@@ -94,6 +94,7 @@ def run_batch_bench(
     speculative_config: Sequence[dict[str, Any] | SpeculativeConfig] = ({"method": "ngram"},),
     dtype: str = "bfloat16",
     device: str | None = None,
+    quantization: str | None = None,
     limit: int | None = None,
     categories: Sequence[str] | None = None,
     per_category: int | None = None,
@@ -108,7 +109,7 @@ def run_batch_bench(
         raise ValueError(f"--batch-size needs positive sizes, got {list(batch_sizes)}")
     configs = [SpeculativeConfig.from_dict(c) if isinstance(c, dict) else c for c in speculative_config]
     questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
-    loaded = loaded or load_model(model, dtype=dtype, device=device)
+    loaded = loaded or load_model(model, dtype=dtype, device=device, quantization=quantization)
     params = SamplingParams(temperature=0.0, max_tokens=max_new_tokens)
     prompt_ids = [first_prompt(loaded.tokenizer, q) for q in questions]
     largest = max(batch_sizes)

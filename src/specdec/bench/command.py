@@ -93,14 +93,23 @@ def cmd_bench(args: argparse.Namespace) -> int:
     else:
         config = parse_speculative_config(text)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
+    from specdec.bench.quantized import parse_quantizations
+
+    quantizations = parse_quantizations(args.quantization)
     if args.batch_size:
+        if len(quantizations) > 1:
+            raise SystemExit("--batch-size takes one --quantization at a time")
+        args.quantization = quantizations[0]
         return _cmd_batched(args, config, categories)
+    if len(quantizations) > 1:
+        return _cmd_quantized(args, config, categories, quantizations)
     report = run_bench(
         args.prompts,
         model=args.model,
         speculative_config=config,
         dtype=args.dtype,
         device=args.device,
+        quantization=quantizations[0],
         limit=args.limit,
         categories=categories,
         per_category=args.per_category,
@@ -127,6 +136,35 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_quantized(args: argparse.Namespace, config: object, categories: list[str] | None,
+                   quantizations: list[str | None]) -> int:
+    from rich.console import Console
+
+    from specdec.bench.quantized import print_quantized, run_quantized_bench
+    from specdec.bench.table import print_report
+
+    if args.include_transformers:
+        raise SystemExit("--include-transformers runs with one --quantization at a time")
+    report = run_quantized_bench(
+        args.prompts, quantizations, model=args.model, dtype=args.dtype, device=args.device,
+        speculative_config=config, limit=args.limit, categories=categories, per_category=args.per_category,
+        max_new_tokens=args.max_new_tokens, temperature=args.temperature, seed=args.seed, warmup=args.warmup,
+        progress=not args.no_progress)
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 180)
+    for target in report["targets"]:
+        console.print(f"[bold]target: {target['quantization']}[/bold]")
+        for run in target["report"].get("runs", [target["report"]]):
+            print_report(run, console)
+    print_quantized(report["quantized_comparison"], console)
+    if args.output:
+        path = Path(args.output)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(report, indent=2) + "\n")
+        console.print(f"report written to {path}")
+    print(json.dumps(report["quantized_comparison"]), flush=True)
+    return 0
+
+
 def _cmd_batched(args: argparse.Namespace, config: object, categories: list[str] | None) -> int:
     from rich.console import Console
 
@@ -141,6 +179,7 @@ def _cmd_batched(args: argparse.Namespace, config: object, categories: list[str]
     configs = config if isinstance(config, list) else [config if config is not None else {"method": "ngram"}]
     report = run_batch_bench(
         args.prompts, batch_sizes=sizes, model=args.model, speculative_config=configs, dtype=args.dtype,
+        quantization=args.quantization,
         device=args.device, limit=args.limit, categories=categories, per_category=args.per_category,
         max_new_tokens=args.max_new_tokens, warmup=args.warmup, progress=not args.no_progress,
     )

@@ -62,6 +62,7 @@ def run_bench(
     speculative_config: dict[str, Any] | SpeculativeConfig | Sequence[dict[str, Any] | SpeculativeConfig] | None = None,
     dtype: str = "bfloat16",
     device: str | None = None,
+    quantization: str | None = None,
     limit: int | None = None,
     categories: Sequence[str] | None = None,
     per_category: int | None = None,
@@ -75,7 +76,8 @@ def run_bench(
 ) -> dict[str, Any]:
     """Benchmarks plain vs speculative decoding on a jsonl prompt file; returns the JSON report (a dict).
 
-    `loaded` reuses an already loaded model (then `model`, `dtype` and `device` are taken from it).
+    `loaded` reuses an already loaded model (then `model`, `dtype`, `device` and `quantization` are taken
+    from it); `quantization` ("int8", "int4", "gguf") quantizes the target's weights.
     A list of speculative configs runs every method right after the same plain run of each prompt and
     returns {"runs": [one report per config], "comparison": [...]}: ratios from one run, side by side.
     """
@@ -98,7 +100,7 @@ def run_bench(
     questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
 
     if loaded is None:
-        loaded = load_model(model, dtype=dtype, device=device)
+        loaded = load_model(model, dtype=dtype, device=device, quantization=quantization)
     plain = LLM(loaded=loaded)
     specs = [LLM(loaded=loaded, speculative_config=c) for c in configs]
     tokenizer = loaded.tokenizer

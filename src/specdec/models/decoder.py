@@ -280,6 +280,9 @@ class Decoder(nn.Module):
         self.layers = nn.ModuleList(DecoderLayer(arch, i) for i in range(arch.num_layers))
         self.final_norm = nn.Parameter(torch.zeros(arch.hidden_size))
         self.lm_head = None if arch.tie_word_embeddings else nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        # a quantization.QuantizedWeight the LM head runs on instead of head_weight() (quantize_decoder sets
+        # it); head_weight() stays the dense rows drafters borrow
+        self.quantized_head = None
         self.rope = {kind: RopeTable(inv, scale, torch.empty(0), torch.empty(0)) for kind, (inv, scale) in rope.items()}
 
     @property
@@ -306,8 +309,12 @@ class Decoder(nn.Module):
     def logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor | None = None) -> torch.Tensor:
         """LM head over final-normed hidden states, returned in float32; `columns` (a slice or token ids)
         scores only those tokens."""
-        weight = self.head_weight()
-        logits = linear_float(hidden, weight if columns is None else weight[columns])
+        quantized = self.quantized_head
+        if quantized is not None:
+            logits = quantized.linear_float(hidden) if columns is None else quantized.linear_columns(hidden, columns)
+        else:
+            weight = self.head_weight()
+            logits = linear_float(hidden, weight if columns is None else weight[columns])
         cap = self.arch.final_logit_softcap
         if cap:
             logits = torch.tanh(logits / cap) * cap
@@ -411,6 +418,7 @@ class Decoder(nn.Module):
         clone.layers = nn.ModuleList(list(self.layers)[:num_layers])
         clone.final_norm = self.final_norm
         clone.lm_head = self.lm_head
+        clone.quantized_head = self.quantized_head
         clone.rope = self.rope
         clone.final_scale = self.final_scale
         return clone

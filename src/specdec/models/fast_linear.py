@@ -74,6 +74,12 @@ def kernel() -> Any | None:
     if os.environ.get("SPECDEC_NO_KERNELS") == "1" or isa is None:
         return None
     name, sources, cflags = _BUILDS[isa]
+    return load_extension(name, sources, cflags, f"the bfloat16 row kernels for {isa}")
+
+
+def load_extension(name: str, sources: list[str], cflags: list[str], what: str) -> Any | None:
+    """Builds (once, cached by torch) and loads a C++ extension from kernels/; None when it cannot be built
+    (no compiler, no ninja, ...): callers then take their exact but slower torch path."""
     try:
         from torch.utils.cpp_extension import load
 
@@ -85,7 +91,7 @@ def kernel() -> Any | None:
         folder = Path(__file__).with_name("kernels")
         # the sources' hash in the name: two checkouts (or versions) never load each other's build
         digest = hashlib.sha256(b"".join((folder / s).read_bytes() for s in sources) + " ".join(cflags).encode())
-        logger.info("building the bfloat16 row kernels for %s (once, ~30 s)", isa)
+        logger.info("building %s (once, ~30 s)", what)
         return load(
             name=f"{name}_{digest.hexdigest()[:10]}",
             sources=[str(folder / source) for source in sources],
@@ -94,7 +100,7 @@ def kernel() -> Any | None:
             verbose=False,
         )
     except Exception as exc:  # no compiler, no ninja, ...: the fallback is exact too, only slower
-        logger.warning("bfloat16 row kernel unavailable (%s); using F.linear", exc)
+        logger.warning("%s unavailable (%s); using the torch path", what, exc)
         return None
 
 
@@ -109,14 +115,26 @@ def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return y if bias is None else y.add_(bias.float())
 
 
+def _quantized_rows(x: torch.Tensor, weight: Any, bias: torch.Tensor | None) -> torch.Tensor:
+    """float32 x @ weight.T (+ bias) for a quantization.QuantizedWeight (row-independent on every device)."""
+    y = weight.linear_float(x)
+    return y if bias is None else y.add_(bias.float())
+
+
 def linear_float(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias) in float32, row-independent for bfloat16 on CPU; x is [M, K]."""
+    """x @ weight.T (+ bias) in float32, row-independent for bfloat16 on CPU; x is [M, K]. `weight` may be
+    a quantization.QuantizedWeight."""
+    if not isinstance(weight, torch.Tensor):
+        return _quantized_rows(x, weight, bias)
     y = _kernel_rows(x, weight, bias)
     return y if y is not None else linear(x, weight, bias).float()
 
 
 def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
-    """x @ weight.T (+ bias) in x's dtype, row-independent for bfloat16 on CPU; x is [M, K]."""
+    """x @ weight.T (+ bias) in x's dtype, row-independent for bfloat16 on CPU; x is [M, K]. `weight` may be
+    a quantization.QuantizedWeight."""
+    if not isinstance(weight, torch.Tensor):
+        return _quantized_rows(x, weight, bias).to(x.dtype)
     y = _kernel_rows(x, weight, bias)
     if y is not None:
         return y.to(torch.bfloat16)

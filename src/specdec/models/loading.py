@@ -99,6 +99,7 @@ class LoadedModel:
     device: torch.device
     decoder: Decoder | None
     hf_model: Any | None
+    quantization: str | None = None  # "int8", "int4", "gguf" (the file's own tensors) or None: dense
 
     @property
     def vocab_size(self) -> int:
@@ -166,10 +167,19 @@ def load_model(
     dtype: str | torch.dtype = "bfloat16",
     device: str | torch.device | None = None,
     native: bool = True,
+    quantization: str | None = None,
 ) -> LoadedModel:
-    """Loads a causal LM by alias, GGUF path, local folder or hub id. `native=False` forces transformers."""
+    """Loads a causal LM by alias, GGUF path, local folder or hub id. `native=False` forces transformers.
+    `quantization` ("int8", "int4", "gguf") swaps the linear layers and LM head for quantized ones."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from specdec.quantization import check_mode, quantize_decoder
+
+    check_mode(quantization)
+    if quantization is not None and not native:
+        raise ValueError("quantization needs our native decoder (native=True)")
+    if quantization == "gguf" and not resolve_model_path(name).endswith(".gguf"):
+        raise ValueError(f'quantization="gguf" needs a GGUF model file; {name!r} is not one')
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
     path = _local_model_path(name, torch_dtype)
@@ -185,7 +195,11 @@ def load_model(
         else:
             decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
             decoder.prepare()
-            return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None)
+            if quantization is not None:
+                quantize_decoder(decoder, quantization, resolve_model_path(name))
+            return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None, quantization)
+    if quantization is not None:
+        raise ValueError(f"quantization needs our native decoder; {reason}")
     if native:
         logger.warning("%s: using transformers (slower, not bit-exact)", reason)
     return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, None, hf_model.to(dev))

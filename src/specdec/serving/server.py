@@ -118,6 +118,7 @@ def build_state(args: argparse.Namespace):
     config = parse_speculative_config(args.speculative_config)
     batched_tokens = {} if args.max_num_batched_tokens is None else {"max_num_batched_tokens": args.max_num_batched_tokens}
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
+              quantization=args.quantization,
               max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, **batched_tokens)
     if llm.max_model_len is None:
         raise ValueError("the model does not say its context length: pass --max-model-len")

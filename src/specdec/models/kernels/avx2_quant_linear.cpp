@@ -1,0 +1,231 @@
+// y = x @ dequant(W).T for weight-only quantized W, on CPUs with AVX2 (llama.cpp's integer dot products,
+// arranged so that every output row is bit-identical whatever the number of rows).
+//
+// Why our own: torch's weight-only int8/int4 CPU kernels are fast for one row but dequantize per call (or
+// take a slow path) for several, so verifying 8-16 draft rows loses the gain; and nothing promises that a
+// row's bits do not depend on how many rows share the call, which lossless speculation needs.
+//
+// Arithmetic (reproduced op for op in torch by quantization/reference.py, which is the portable fallback):
+//   - Each row of x is quantized per block of 32 to int8: amax = max|x|, dx = amax / 127, inv = 1 / dx
+//     (0 when amax is 0), qx = round-half-even(x * inv); bsum = sum(qx) (int).
+//   - Weights are int8 ("s8": w = s * q, optionally q times an int16 sub-scale per 16, for Q6_K) or 4-bit
+//     ("u4": w = s * q - m, q in 0..15), with one float s (and m) per column and block of 32.
+//   - Per (row, column, block) an exact int32 dot product isum; then, block after block in k order,
+//       s8: y = y + float(isum) * (s * dx)
+//       u4: y = y + (float(isum) * (s * dx) - m * (dx * float(bsum)))
+//     with no fused multiply-add (built with -ffp-contract=off). The integer part is exact in any order, and
+//     the float part is one fixed chain per element, so neither the rows sharing the call, nor the blocking,
+//     nor the threads (which split columns, never k) change a bit.
+// Layout: weights in tiles of 8 columns; per tile and block, groups of 4 k with the 8 columns side by side:
+// s8 [N / 8][blocks][8 groups][8 columns][4 bytes]; u4 [N / 8][blocks][4][8 columns][4 bytes], the low nibbles
+// holding groups 0-3 and the high ones groups 4-7. Scales and mins [N / 8][blocks][8] float, sub-scales
+// [N / 8][blocks][8][2] int16: a tile streams from one contiguous range, and no sum crosses lanes.
+#include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <type_traits>
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+constexpr int64_t kTile = 8;
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048  // bytes of weights prefetched ahead of the block being read
+#endif
+
+struct Activations {
+  const int8_t* q;     // [M][kp] int8
+  const int8_t* absq;  // |q|, the unsigned operand of the s8 products
+  const float* dx;     // [M][blocks]
+  const float* sx;     // [M][blocks] dx * float(bsum)
+  int64_t kp, blocks;
+};
+
+// R rows against one tile (8 columns) of s8 weights, every block; y rows at stride ldy. A tile's block is 8
+// vectors, one per group of 4 k: column c's 4 bytes in lane c, so a lane's int32 sum is column c's dot
+// product and nothing is summed across lanes.
+template <int R, bool kSub>
+void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0, float* y,
+             int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const int8_t* wb = w + b * kTile * kBlock;
+    // the stream runs ahead of the hardware prefetcher alone (one row is bound by reading weights); beyond
+    // the tile's end it touches the next tile's, which the next call reads. Prefetches change no result.
+    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + PF_AHEAD + 64 * l), _MM_HINT_T0);
+    __m256i sub_lo = ones, sub_hi = ones;
+    if (kSub) {  // column c's two int16 sub-scales -> int32 lane c
+      const __m256i pair = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(sub + b * kTile * 2));
+      sub_lo = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
+      sub_hi = _mm256_srai_epi32(pair, 16);
+    }
+    const __m256 sv = _mm256_loadu_ps(s + b * kTile);
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = row0 + r;
+      const int8_t* xq = a.q + m * a.kp + b * kBlock;
+      const int8_t* xa = a.absq + m * a.kp + b * kBlock;
+      __m256i half[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int g = 0; g < 8; ++g) {
+        int32_t xg, ag;
+        std::memcpy(&xg, xq + 4 * g, 4);
+        std::memcpy(&ag, xa + 4 * g, 4);
+        const __m256i wv = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + g * kBlock));
+        const __m256i p = _mm256_madd_epi16(
+            _mm256_maddubs_epi16(_mm256_set1_epi32(ag), _mm256_sign_epi8(wv, _mm256_set1_epi32(xg))), ones);
+        half[g >> 2] = _mm256_add_epi32(half[g >> 2], p);
+      }
+      const __m256i isum = kSub ? _mm256_add_epi32(_mm256_mullo_epi32(half[0], sub_lo), _mm256_mullo_epi32(half[1], sub_hi))
+                                : _mm256_add_epi32(half[0], half[1]);
+      const __m256 t = _mm256_mul_ps(sv, _mm256_set1_ps(a.dx[m * a.blocks + b]));
+      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), t));
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy, acc[r]);
+}
+
+// R rows against one tile of u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h
+// and the high ones group h + 4. Products are at most 2 * 15 * 127 per int16 pair, so the 8 groups add up in
+// int16 without overflow (30480), and one madd per block widens them.
+template <int R>
+void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0, float* y,
+             int64_t ldy) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* wb = w + b * kTile * (kBlock / 2);
+    for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + PF_AHEAD + 64 * l), _MM_HINT_T0);
+    __m256i wv[8];
+    for (int h = 0; h < 4; ++h) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
+      wv[h] = _mm256_and_si256(raw, low4);
+      wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    }
+    const __m256 sv = _mm256_loadu_ps(s + b * kTile);
+    const __m256 mv = _mm256_loadu_ps(mins + b * kTile);
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = row0 + r;
+      const int8_t* xq = a.q + m * a.kp + b * kBlock;
+      __m256i sum16 = _mm256_setzero_si256();
+      for (int g = 0; g < 8; ++g) {
+        int32_t xg;
+        std::memcpy(&xg, xq + 4 * g, 4);
+        sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(wv[g], _mm256_set1_epi32(xg)));
+      }
+      const __m256 f = _mm256_cvtepi32_ps(_mm256_madd_epi16(sum16, ones));
+      const __m256 t = _mm256_mul_ps(sv, _mm256_set1_ps(a.dx[m * a.blocks + b]));
+      const __m256 u = _mm256_mul_ps(mv, _mm256_set1_ps(a.sx[m * a.blocks + b]));
+      acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(f, t), u));
+    }
+  }
+  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy, acc[r]);
+}
+
+// Calls f(R, m) over the rows in blocks of 4, then one block of the 1-3 left (R a compile-time constant).
+template <typename F>
+void for_row_blocks(int64_t m_size, F&& f) {
+  int64_t m = 0;
+  for (; m + 4 <= m_size; m += 4) f(std::integral_constant<int, 4>{}, m);
+  switch (m_size - m) {
+    case 3: f(std::integral_constant<int, 3>{}, m); break;
+    case 2: f(std::integral_constant<int, 2>{}, m); break;
+    case 1: f(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
+}
+
+// Quantizes rows of x (float32 [M, K], K a multiple of 32) per block of 32, see the header.
+void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, int8_t* absq, float* dx, float* sx) {
+  const int64_t blocks = k_size / kBlock;
+  for (int64_t m = 0; m < m_size; ++m)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + m * k_size + b * kBlock;
+      float amax = 0.0f;
+      for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
+      const float d = amax / 127.0f;
+      const float inv = d > 0.0f ? 1.0f / d : 0.0f;
+      int32_t sum = 0;
+      for (int64_t i = 0; i < kBlock; ++i) {
+        const int32_t v = static_cast<int32_t>(std::nearbyint(xb[i] * inv));  // round half to even
+        q[m * k_size + b * kBlock + i] = static_cast<int8_t>(v);
+        absq[m * k_size + b * kBlock + i] = static_cast<int8_t>(v < 0 ? -v : v);
+        sum += v;
+      }
+      dx[m * blocks + b] = d;
+      sx[m * blocks + b] = d * static_cast<float>(sum);
+    }
+}
+
+}  // namespace
+
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] float32 (N = 8 * tiles).
+// kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
+at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
+                        int64_t kind) {
+  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
+  TORCH_CHECK(kind == 0 || kind == 1, "kind 0 (s8) or 1 (u4)");
+  x = x.to(at::kFloat).contiguous();
+  const int64_t m_size = x.size(0), k_size = x.size(1);
+  TORCH_CHECK(k_size % kBlock == 0, "K must be a multiple of 32");
+  const int64_t blocks = k_size / kBlock, tiles = quants.size(0);
+  TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : 4) &&
+              quants.size(3) == kTile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
+  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == tiles * blocks * kTile, "scales layout");
+  const bool sub = kind == 0 && sub_scales.numel() > 0;
+  if (sub) TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * kTile * 2, "sub");
+  if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * kTile, "mins");
+  const int64_t n_size = tiles * kTile;
+  auto y = at::empty({m_size, n_size}, x.options());
+  if (m_size == 0 || n_size == 0) return y;
+  auto q = at::empty({m_size, k_size}, x.options().dtype(at::kChar));
+  auto absq = at::empty({m_size, k_size}, x.options().dtype(at::kChar));
+  auto dx = at::empty({m_size, blocks}, x.options());
+  auto sx = at::empty({m_size, blocks}, x.options());
+  quantize_rows(x.data_ptr<float>(), m_size, k_size, q.data_ptr<int8_t>(), absq.data_ptr<int8_t>(),
+                dx.data_ptr<float>(), sx.data_ptr<float>());
+  const Activations a{q.data_ptr<int8_t>(), absq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
+                      k_size, blocks};
+  float* yp = y.data_ptr<float>();
+  const float* sp = scales.data_ptr<float>();
+  const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
+  const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
+  const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
+  const float* minp = kind == 1 ? mins.data_ptr<float>() : nullptr;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t t = 0; t < tiles; ++t) {
+    const uint8_t* w = qp + t * tile_bytes;
+    const float* s = sp + t * blocks * kTile;
+    float* yt = yp + t * kTile;
+    if (kind == 1) {
+      const float* mn = minp + t * blocks * kTile;
+      for_row_blocks(m_size, [&](auto r, int64_t m) { tile_u4<decltype(r)::value>(w, s, mn, a, m, yt + m * n_size, n_size); });
+    } else if (sub) {
+      const int16_t* sb = subp + t * blocks * kTile * 2;
+      for_row_blocks(m_size, [&](auto r, int64_t m) {
+        tile_s8<decltype(r)::value, true>(reinterpret_cast<const int8_t*>(w), s, sb, a, m, yt + m * n_size, n_size);
+      });
+    } else {
+      for_row_blocks(m_size, [&](auto r, int64_t m) {
+        tile_s8<decltype(r)::value, false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, m, yt + m * n_size, n_size);
+      });
+    }
+  }
+  return y;
+}
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant");
+}

@@ -1,0 +1,83 @@
+"""Swaps a decoder's linear layers (and LM head) for quantized ones: `quantization=` of LLM/load_model."""
+
+from __future__ import annotations
+
+import logging
+
+import torch
+from tqdm import tqdm
+
+from specdec.models.decoder import Decoder
+from specdec.quantization.gguf_weights import LAYER_TENSORS, GGUFTensors, check_matches
+from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
+from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
+
+logger = logging.getLogger(__name__)
+
+# vLLM's `quantization` key and values where they exist ("gguf": the file's own quantized tensors)
+MODES = ("int8", "int4", "gguf")
+_QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4}
+
+
+def check_mode(mode: str | None) -> str | None:
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"unknown quantization {mode!r}; choose one of {', '.join(MODES)} (or none)")
+    return mode
+
+
+def _from_dense(weight: torch.Tensor, mode: str) -> QuantizedWeight:
+    return QuantizedWeight(_QUANTIZERS[mode](weight), weight.shape[1], mode)
+
+
+def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) -> Decoder:
+    """Every layer's qkv, o, gate_up and down, and the LM head, quantized in place.
+
+    "int8" / "int4" quantize the loaded weights; "gguf" takes the file's own quantized tensors (the
+    model must be a GGUF file), checked against the loaded weights so that a wrong mapping cannot pass.
+    The embedding lookup keeps the dense rows (it reads a few rows, not the matrix)."""
+    check_mode(mode)
+    if decoder.device.type != "cpu":
+        logger.warning("quantized linears run in torch on %s (exact, not fast): the kernels are for CPUs",
+                       decoder.device)
+    source = None
+    if mode == "gguf":
+        if gguf_path is None:
+            raise ValueError('quantization="gguf" needs a GGUF model file (the gemma-3-270m alias is one)')
+        source = GGUFTensors(gguf_path)
+    names = list(LAYER_TENSORS)
+    for i, layer in enumerate(tqdm(decoder.layers, desc=f"quantizing ({mode})", unit="layer", leave=False)):
+        for name in names:
+            dense: torch.nn.Linear = getattr(layer, name)
+            if source is None:
+                quantized = _from_dense(dense.weight, mode)
+            else:
+                quantized = source.layer_linear(i, name)
+                if quantized is None:
+                    continue  # stored unquantized in the file: stays dense
+                check_matches(f"layer {i} {name}", quantized, dense.weight)
+            setattr(layer, name, QuantizedLinear(quantized, dense.bias))
+    head = decoder.head_weight()
+    if source is None:
+        decoder.quantized_head = _from_dense(head, mode)
+    else:
+        decoder.quantized_head = source.lm_head()
+        if decoder.quantized_head is not None:
+            check_matches("LM head", decoder.quantized_head, head)
+    return decoder.prepare()
+
+
+def quantized_bytes(decoder: Decoder) -> dict[str, int]:
+    """Bytes a decode step reads in linear weights: quantized and still dense."""
+    out = {"quantized": 0, "dense": 0}
+    for layer in decoder.layers:
+        for name in LAYER_TENSORS:
+            w = getattr(layer, name).weight
+            out["quantized" if isinstance(w, QuantizedWeight) else "dense"] += w.nbytes if isinstance(
+                w, QuantizedWeight) else w.numel() * w.element_size()
+    head = decoder.quantized_head
+    if head is not None:
+        out["quantized"] += head.nbytes
+    else:
+        w = decoder.head_weight()
+        out["dense"] += w.numel() * w.element_size()
+    return out

@@ -1,0 +1,131 @@
+"""A weight-only quantized matrix, and the linear layer that holds one in the decoder."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from specdec.quantization.kernel import quant_kernel
+from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
+
+TILE = 8  # columns per tile of the kernel's layout
+
+
+def _tiled(t: torch.Tensor) -> torch.Tensor:
+    """[N, blocks, ...] -> [N / 8, blocks, 8, ...] contiguous (N a multiple of 8)."""
+    n, blocks = t.shape[:2]
+    return t.reshape(n // TILE, TILE, blocks, *t.shape[2:]).transpose(1, 2).contiguous()
+
+
+def _tiled_quants(q: torch.Tensor, kind: str) -> torch.Tensor:
+    """[N, blocks, 32] -> the kernel's layout: per tile and block, groups of 4 k with the 8 columns side by
+    side ([N / 8, blocks, 8, 8, 4]); u4 packs group g + 4 into the high nibbles of group g ([.., 4, 8, 4])."""
+    n, blocks, _ = q.shape
+    g = q.reshape(n // TILE, TILE, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [tiles, blocks, group, column, 4]
+    if kind == "s8":
+        return g.contiguous()
+    return (g[:, :, :4] | (g[:, :, 4:] << 4)).to(torch.uint8).contiguous()
+
+
+def _padded_columns(blocks: BlockWeights, extra: int) -> BlockWeights:
+    """`extra` all-zero columns appended (their outputs are never returned)."""
+    if not extra:
+        return blocks
+    pad = (lambda t: None if t is None else torch.cat([t, t.new_zeros((extra, *t.shape[1:]))]))
+    return BlockWeights(blocks.kind, pad(blocks.q), pad(blocks.scales), pad(blocks.mins), pad(blocks.sub_scales))
+
+
+class QuantizedWeight:
+    """An [out_features, in_features] weight stored as blocks of 32 quantized values with float scales.
+
+    `format` names where it came from ("int8", "int4", "Q8_0", "Q4_K", ...) for reports. On CPUs with AVX2
+    the product runs in our kernel; elsewhere in reference_linear, which gives the same bits.
+    """
+
+    def __init__(self, blocks: BlockWeights, in_features: int, format: str) -> None:
+        n = blocks.q.shape[0]
+        if blocks.q.shape[1] * BLOCK != in_features:
+            raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
+        self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
+        self.kind = blocks.kind
+        padded = _padded_columns(blocks, -n % TILE)  # the kernel's tiles hold 8 columns
+        self._tiles = (
+            _tiled_quants(padded.q, padded.kind), _tiled(padded.scales.float()),
+            _tiled(padded.mins.float()) if padded.mins is not None else torch.empty(0),
+            _tiled(padded.sub_scales.to(torch.int16)) if padded.sub_scales is not None else torch.empty(0, dtype=torch.int16),
+        )
+
+    @property
+    def shape(self) -> torch.Size:
+        return torch.Size((self.out_features, self.in_features))
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes one pass over the weight reads (quants, scales, mins, sub-scales)."""
+        return sum(t.numel() * t.element_size() for t in self._tiles)
+
+    def dequantize(self) -> torch.Tensor:
+        return self.blocks.dequantize()
+
+    def linear_float(self, x: torch.Tensor) -> torch.Tensor:
+        """x [M, in_features] @ W.T as float32 [M, out_features]; each row's bits independent of M."""
+        return self.linear_columns(x, slice(None))
+
+    def column_blocks(self, columns: slice | torch.Tensor) -> BlockWeights:
+        b = self.blocks
+        pick = (lambda t: None if t is None else t[columns])
+        return BlockWeights(b.kind, b.q[columns], b.scales[columns], pick(b.mins), pick(b.sub_scales))
+
+    def linear_columns(self, x: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
+        """linear_float(x)[:, columns], computing (about) only those columns, with the same bits: a range
+        runs in the kernel over the tiles covering it, token ids (a few) in the reference."""
+        kernel = quant_kernel() if x.device.type == "cpu" else None
+        if kernel is None or not isinstance(columns, slice) or columns.step not in (None, 1):
+            return reference_linear(x.cpu(), self.column_blocks(columns)).to(x.device)
+        start, stop, _ = columns.indices(self.out_features)
+        if stop <= start:
+            return x.new_zeros((x.shape[0], 0), dtype=torch.float32)
+        t0, t1 = start // TILE, -(-stop // TILE)
+        tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
+        y = kernel.quant_linear(x, *tiles, 0 if self.kind == "s8" else 1)
+        return y if (start, stop) == (t0 * TILE, t1 * TILE) else y[:, start - t0 * TILE : stop - t0 * TILE]
+
+    @staticmethod
+    def concat(parts: list[QuantizedWeight]) -> QuantizedWeight:
+        """The parts stacked along out_features (q, k and v fused), all of one kind."""
+        kinds = {p.kind for p in parts}
+        if len(kinds) != 1 or len({p.in_features for p in parts}) != 1:
+            raise ValueError("only weights of one kind and in_features can be fused")
+        if any(p.blocks.sub_scales is not None for p in parts):  # a part without sub-scales: all ones
+            subs = [p.blocks.sub_scales if p.blocks.sub_scales is not None
+                    else torch.ones(*p.blocks.scales.shape, 2, dtype=torch.int16) for p in parts]
+        else:
+            subs = None
+
+        def cat(values: list[torch.Tensor | None]) -> torch.Tensor | None:
+            return None if values is None or values[0] is None else torch.cat(values)
+
+        b = [p.blocks for p in parts]
+        blocks = BlockWeights(parts[0].kind, cat([x.q for x in b]), cat([x.scales for x in b]),
+                              cat([x.mins for x in b]), cat(subs))
+        return QuantizedWeight(blocks, parts[0].in_features, "+".join(dict.fromkeys(p.format for p in parts)))
+
+
+class QuantizedLinear(nn.Module):
+    """Stands in for nn.Linear in the decoder: fast_linear.linear sees `weight` is quantized."""
+
+    def __init__(self, weight: QuantizedWeight, bias: torch.Tensor | None) -> None:
+        super().__init__()
+        self.weight = weight
+        self.bias = None if bias is None else nn.Parameter(bias.detach().clone(), requires_grad=False)
+
+    @property
+    def in_features(self) -> int:
+        return self.weight.in_features
+
+    @property
+    def out_features(self) -> int:
+        return self.weight.out_features
+
+    def extra_repr(self) -> str:
+        return f"{self.in_features}, {self.out_features}, format={self.weight.format}"

@@ -1,0 +1,97 @@
+"""The quantized linear's arithmetic in torch, op for op as kernels/avx2_quant_linear.cpp computes it.
+
+It is the portable fallback (CPUs without AVX2, CUDA, SPECDEC_NO_KERNELS=1) and the tests' reference for
+the kernel: both give the same bits. Integer dot products are exact in any order; the float part is one
+fixed chain per output element, block after block, with no fused multiply-add:
+    s8: y = y + float(isum) * (s * dx)
+    u4: y = y + (float(isum) * (s * dx) - m * (dx * float(bsum)))
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+BLOCK = 32
+# columns per einsum in the fallback: bounds its float64 temporaries (the LM head has 262144 columns)
+_COLUMNS_PER_CHUNK = 8192
+
+
+@dataclass
+class QuantizedActivations:
+    """x [M, K] quantized per block of 32: q in -127..127 (float, exact), dx and dx * sum(q) per block."""
+
+    q: torch.Tensor  # [M, blocks, 32] float32 holding integers
+    dx: torch.Tensor  # [M, blocks]
+    sx: torch.Tensor  # [M, blocks]
+
+
+def quantize_activations(x: torch.Tensor) -> QuantizedActivations:
+    m, k = x.shape
+    if k % BLOCK:
+        raise ValueError(f"K must be a multiple of {BLOCK}, got {k}")
+    xb = x.float().reshape(m, k // BLOCK, BLOCK)
+    amax = xb.abs().amax(-1)
+    dx = amax / 127.0
+    inv = torch.where(dx > 0, 1.0 / dx, torch.zeros_like(dx))
+    q = torch.round(xb * inv[..., None])  # round half to even, as the kernel's nearbyint
+    return QuantizedActivations(q, dx, dx * q.sum(-1))
+
+
+@dataclass
+class BlockWeights:
+    """Weights per column and block of 32, untiled: the layout the reference computes on.
+
+    kind "s8": w = s * q (times the sub-scale of q's half of the block, when there are sub-scales);
+    kind "u4": w = s * q - m, q in 0..15.
+    """
+
+    kind: str
+    q: torch.Tensor  # [N, blocks, 32] int8 (s8) or uint8 (u4)
+    scales: torch.Tensor  # [N, blocks] float32
+    mins: torch.Tensor | None = None  # [N, blocks] float32 (u4)
+    sub_scales: torch.Tensor | None = None  # [N, blocks, 2] int16 (s8, Q6_K's per-16 scales)
+
+    def dequantize(self) -> torch.Tensor:
+        """float32 [N, K]: the weights the arithmetic multiplies by (up to its float rounding)."""
+        q = self.q.float()
+        if self.sub_scales is not None:
+            q = q * self.sub_scales.float().repeat_interleave(BLOCK // 2, dim=-1)
+        w = q * self.scales[..., None]
+        if self.kind == "u4":
+            w = w - self.mins[..., None]
+        return w.reshape(self.q.shape[0], -1)
+
+
+def _integer_dots(a: QuantizedActivations, w: BlockWeights) -> torch.Tensor:
+    """isum [M, N, blocks] as float64 (exact: every term and sum is an integer below 2^53)."""
+    q = w.q.double()
+    if w.sub_scales is None:
+        return torch.einsum("mbk,nbk->mnb", a.q.double(), q)
+    half = BLOCK // 2
+    sub = w.sub_scales.double()
+    lo = torch.einsum("mbk,nbk->mnb", a.q[..., :half].double(), q[..., :half])
+    hi = torch.einsum("mbk,nbk->mnb", a.q[..., half:].double(), q[..., half:])
+    return lo * sub[None, :, :, 0] + hi * sub[None, :, :, 1]
+
+
+def reference_linear(x: torch.Tensor, w: BlockWeights) -> torch.Tensor:
+    """x [M, K] @ dequant(w).T as float32 [M, N], bit-identical to the kernel."""
+    a = quantize_activations(x)
+    n = w.q.shape[0]
+    out = []
+    for lo in range(0, n, _COLUMNS_PER_CHUNK):
+        part = BlockWeights(w.kind, w.q[lo : lo + _COLUMNS_PER_CHUNK], w.scales[lo : lo + _COLUMNS_PER_CHUNK],
+                            None if w.mins is None else w.mins[lo : lo + _COLUMNS_PER_CHUNK],
+                            None if w.sub_scales is None else w.sub_scales[lo : lo + _COLUMNS_PER_CHUNK])
+        isum = _integer_dots(a, part).float()
+        y = torch.zeros(x.shape[0], part.q.shape[0], dtype=torch.float32)
+        for b in range(isum.shape[-1]):
+            t = part.scales[None, :, b] * a.dx[:, b, None]
+            if w.kind == "s8":
+                y = y + isum[:, :, b] * t
+            else:
+                y = y + (isum[:, :, b] * t - part.mins[None, :, b] * a.sx[:, b, None])
+        out.append(y)
+    return torch.cat(out, dim=1) if out else torch.zeros(x.shape[0], 0)

@@ -1,0 +1,68 @@
+"""Quantizing float weights: int8 per output channel, int4 per group of 32 (asymmetric, least-squares
+refined). Both give BlockWeights the kernel runs."""
+
+from __future__ import annotations
+
+import torch
+
+from specdec.quantization.reference import BLOCK, BlockWeights
+
+
+def _blocks_of(weight: torch.Tensor) -> torch.Tensor:
+    n, k = weight.shape
+    if k % BLOCK:
+        raise ValueError(f"in_features must be a multiple of {BLOCK} to quantize, got {k}")
+    return weight.detach().float().reshape(n, k // BLOCK, BLOCK)
+
+
+def quantize_int8(weight: torch.Tensor) -> BlockWeights:
+    """Symmetric int8 with one scale per output channel (vLLM's W8A16 / torchao's int8 weight-only), q in
+    -127..127; the channel's scale is repeated per block, the layout the kernel reads."""
+    w = _blocks_of(weight)
+    scale = w.abs().amax(dim=(1, 2)) / 127.0
+    safe = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(w / safe[:, None, None]).clamp_(-127, 127).to(torch.int8)
+    return BlockWeights("s8", q, scale[:, None].expand(-1, w.shape[1]).contiguous())
+
+
+_ROWS_PER_CHUNK = 4096  # rows quantized at a time: the temporaries stay in cache (the LM head has 262144)
+
+
+def quantize_int4(weight: torch.Tensor, refinements: int = 2) -> BlockWeights:
+    """See _quantize_int4_rows; in chunks of rows."""
+    parts = [_quantize_int4_rows(weight[i : i + _ROWS_PER_CHUNK], refinements)
+             for i in range(0, weight.shape[0], _ROWS_PER_CHUNK)]
+    return BlockWeights("u4", torch.cat([b.q for b in parts]), torch.cat([b.scales for b in parts]),
+                        torch.cat([b.mins for b in parts]))
+
+
+def _quantize_int4_rows(weight: torch.Tensor, refinements: int) -> BlockWeights:
+    """Asymmetric 4-bit per group of 32 (w = s * q - m, q in 0..15), like ggml's Q4_1 / AWQ's zero points.
+
+    Starts from the group's min and max, then alternates rounding with the least-squares s and m for the
+    rounded q (each step cannot increase the squared error for fixed q), keeping the best found."""
+    w = _blocks_of(weight)
+    lo, hi = w.amin(-1), w.amax(-1)
+    s = (hi - lo) / 15.0
+    m = -lo
+    best = None
+    for _ in range(refinements + 1):
+        safe = torch.where(s > 0, s, torch.ones_like(s))
+        q = torch.round((w + m[..., None]) / safe[..., None]).clamp_(0, 15)
+        err = ((q * s[..., None] - m[..., None]) - w).square().sum(-1)
+        if best is None:
+            best = (err, q, s, m)
+        else:
+            better = err < best[0]
+            best = tuple(torch.where(better[..., None] if t.dim() == 3 else better, t, b)
+                         for t, b in zip((err, q, s, m), best))
+        # least squares for w ~ s * q - m given q
+        n = q.shape[-1]
+        sq, sw, sqq, sqw = q.sum(-1), w.sum(-1), (q * q).sum(-1), (q * w).sum(-1)
+        det = n * sqq - sq * sq
+        ok = det > 0
+        s = torch.where(ok, (n * sqw - sq * sw) / torch.where(ok, det, torch.ones_like(det)), s)
+        m = torch.where(ok, (s * sq - sw) / n, m)
+        s = s.clamp_min(0)
+    _, q, s, m = best
+    return BlockWeights("u4", q.to(torch.uint8), s.contiguous(), m.contiguous())

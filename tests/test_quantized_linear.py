@@ -1,0 +1,143 @@
+"""The quantized linear kernel: the same bits as its torch reference, row-invariant for M = 1..64, within the
+quantization's own error of float64, and column slices equal to the whole matrix's columns."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.quantization import kernel as kernel_module
+from specdec.quantization.kernel import quant_kernel
+from specdec.quantization.quantized_weight import QuantizedWeight
+from specdec.quantization.reference import BLOCK, BlockWeights, quantize_activations, reference_linear
+from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
+
+needs_kernel = pytest.mark.skipif(quant_kernel() is None, reason="no AVX2 kernel on this CPU")
+
+
+def random_blocks(kind: str, n: int, k: int, seed: int = 0, sub: bool = False) -> BlockWeights:
+    g = torch.Generator().manual_seed(seed)
+    blocks = k // BLOCK
+    scales = torch.rand(n, blocks, generator=g) * 0.01 + 1e-4
+    if kind == "s8":
+        q = torch.randint(-127, 128, (n, blocks, BLOCK), generator=g, dtype=torch.int8)
+        subs = torch.randint(-128, 128, (n, blocks, 2), generator=g).to(torch.int16) if sub else None
+        if sub:  # Q6_K's range: q - 32 in -32..31
+            q = torch.randint(-32, 32, (n, blocks, BLOCK), generator=g, dtype=torch.int8)
+        return BlockWeights("s8", q, scales, sub_scales=subs)
+    q = torch.randint(0, 16, (n, blocks, BLOCK), generator=g, dtype=torch.uint8)
+    return BlockWeights("u4", q, scales, mins=torch.rand(n, blocks, generator=g) * 0.05)
+
+
+CASES = [("s8", False), ("s8", True), ("u4", False)]
+
+
+def inputs(m: int, k: int, seed: int = 1) -> torch.Tensor:
+    x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed)) * 3
+    x[:, :BLOCK] = 0  # an all-zero block: dx = 0 must not divide by zero
+    x[0, -1] = 40.0  # an outlier, as Gemma's activations have
+    return x.bfloat16()
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind, sub", CASES)
+@pytest.mark.parametrize("n, k", [(8, 32), (13, 96), (200, 640)])
+def test_kernel_equals_reference_bit_for_bit(kind, sub, n, k):
+    w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
+    x = inputs(7, k)
+    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_rows_are_bit_identical_whatever_the_number_of_rows(kind, sub):
+    k = 640
+    w = QuantizedWeight(random_blocks(kind, 64, k, sub=sub), k, kind)
+    x = inputs(64, k)
+    alone = torch.cat([w.linear_float(x[i : i + 1]) for i in range(64)])
+    for m in range(1, 65):
+        assert torch.equal(w.linear_float(x[:m]), alone[:m]), m
+
+
+@needs_kernel
+def test_threads_do_not_change_a_bit():
+    k = 640
+    w = QuantizedWeight(random_blocks("u4", 1000, k), k, "u4")
+    x = inputs(5, k)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = w.linear_float(x)
+        torch.set_num_threads(2)
+        two = w.linear_float(x)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_within_the_activation_quantization_error_of_float64(kind, sub):
+    """Against x @ dequant(W).T in float64: each block's activations are rounded to steps of dx, so a row's
+    error is at most sum over blocks of dx / 2 * sum |w| (plus float32 rounding)."""
+    k = 640
+    blocks = random_blocks(kind, 50, k, sub=sub)
+    w = QuantizedWeight(blocks, k, kind)
+    x = inputs(6, k)
+    y = w.linear_float(x).double()
+    dense = blocks.dequantize().double()
+    exact = x.double() @ dense.T
+    dx = quantize_activations(x).dx.double()  # [M, blocks]
+    bound = torch.einsum("mb,nb->mn", dx / 2, dense.abs().reshape(50, -1, BLOCK).sum(-1))
+    assert ((y - exact).abs() <= bound * 1.001 + 1e-3).all()
+    assert (y - exact).abs().max() > 0  # activations really are quantized
+
+
+@needs_kernel
+@pytest.mark.parametrize("kind", ["s8", "u4"])
+def test_column_ranges_and_ids_equal_the_whole_matrix(kind):
+    k = 96
+    w = QuantizedWeight(random_blocks(kind, 101, k), k, kind)
+    x = inputs(4, k)
+    whole = w.linear_float(x)
+    for cols in (slice(0, 101), slice(8, 40), slice(3, 29), slice(96, 101), slice(50, 50)):
+        assert torch.equal(w.linear_columns(x, cols), whole[:, cols]), cols
+    ids = torch.tensor([100, 0, 57, 57, 9])
+    assert torch.equal(w.linear_columns(x, ids), whole[:, ids])
+
+
+def test_fallback_without_the_kernel_gives_the_same_bits(monkeypatch):
+    k = 96
+    w = QuantizedWeight(random_blocks("s8", 24, k, sub=True), k, "Q6_K")
+    x = inputs(3, k)
+    with_kernel = w.linear_float(x)
+    monkeypatch.setattr("specdec.quantization.quantized_weight.quant_kernel", lambda: None)
+    assert torch.equal(w.linear_float(x), with_kernel)
+    assert kernel_module.quant_kernel is quant_kernel
+
+
+def test_int8_per_channel_error_is_half_a_step():
+    w = torch.randn(40, 96)
+    b = quantize_int8(w)
+    assert b.q.dtype == torch.int8 and int(b.q.abs().max()) <= 127
+    step = w.abs().amax(1, keepdim=True) / 127
+    assert ((b.dequantize() - w).abs() <= step / 2 + 1e-6).all()
+    assert torch.equal(b.scales, b.scales[:, :1].expand_as(b.scales))  # one scale per output channel
+
+
+def test_int4_refinement_never_worse_than_min_max():
+    w = torch.randn(64, 128) * torch.rand(64, 1)
+    coarse, refined = quantize_int4(w, refinements=0), quantize_int4(w, refinements=4)
+    assert int(refined.q.max()) <= 15
+    def group_err(b):
+        return (b.dequantize() - w).square().reshape(64, -1, BLOCK).sum(-1)
+    assert (group_err(refined) <= group_err(coarse) + 1e-7).all()
+    assert group_err(refined).sum() < 0.95 * group_err(coarse).sum()
+
+
+def test_bad_shapes_are_refused():
+    with pytest.raises(ValueError, match="multiple of 32"):
+        quantize_int8(torch.randn(8, 40))
+    with pytest.raises(ValueError, match="in_features"):
+        QuantizedWeight(random_blocks("s8", 8, 64), 96, "x")
+    with pytest.raises(ValueError, match="multiple of 32"):
+        reference_linear(torch.randn(2, 40), random_blocks("s8", 8, 64))
