@@ -11,7 +11,7 @@ from specdec.cli_errors import run_reporting_errors
 from specdec.defaults import DEFAULT_MODEL, DTYPE_NAMES
 
 
-def add_model_args(parser: argparse.ArgumentParser) -> None:
+def add_model_args(parser: argparse.ArgumentParser, speculative: bool = True) -> None:
     parser.add_argument("--model", default=DEFAULT_MODEL, help=f"alias, GGUF file, HF folder or hub id (default {DEFAULT_MODEL})")
     parser.add_argument("--dtype", default="bfloat16", choices=list(DTYPE_NAMES))
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
@@ -25,6 +25,8 @@ def add_model_args(parser: argparse.ArgumentParser) -> None:
         help="CPU threads for torch (default: torch's choice, one per core). On a CPU shared with other "
         "busy processes, fewer threads avoid OpenMP spin-wait slowdowns.",
     )
+    if not speculative:
+        return
     parser.add_argument(
         "--speculative-config",
         default=None,

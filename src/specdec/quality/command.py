@@ -18,7 +18,7 @@ def add_quality_parser(sub: argparse._SubParsersAction) -> None:
         description="Scores held-out WikiText-2 articles (the ones the benchmark prompts use and training skips) "
         "with the dense target and each --quantization (comma-separated, e.g. int8,int4,gguf): perplexity, "
         "and the fraction of positions where the quantized target's top-1 token is bf16's.")
-    add_model_args(p)
+    add_model_args(p, speculative=False)
     p.add_argument("--data-dir", default=None, help="folder holding wikitext2/articles.jsonl (default ../shared/data/train)")
     p.add_argument("--articles", type=int, default=8, help="held-out articles scored (default 8)")
     p.add_argument("--max-tokens", type=int, default=1024, help="tokens scored per article (default 1024)")
