@@ -32,12 +32,12 @@ def run_quality(model: str, quantizations: list[str], dtype: str = "bfloat16", d
     from tqdm import tqdm
 
     from specdec.models.loading import load_model
-    from specdec.quality.held_out_text import DEFAULT_DATA, held_out_articles
+    from specdec.quality.held_out_text import held_out_articles
     from specdec.quality.perplexity import score_text, summarize
 
     if max_tokens < 2:
         raise ValueError(f"--max-tokens must be >= 2, got {max_tokens}")
-    texts = held_out_articles(data_dir or DEFAULT_DATA, limit=articles)
+    texts = held_out_articles(data_dir, limit=articles)
     rows, reference = [], None
     for q in [None, *quantizations]:
         loaded = load_model(model, dtype=dtype, device=device, quantization=q)

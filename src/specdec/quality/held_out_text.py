@@ -6,21 +6,16 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from specdec.training.prompt_sources import UNK_BLANK, Exclusions
-
-REPO = Path(__file__).resolve().parents[3]
-EXCLUSIONS = [REPO / "benchmarks" / "prompts" / "held_out.exclude.json",
-              REPO / "benchmarks" / "prompts" / "other_kinds.exclude.json"]
-DEFAULT_DATA = REPO.parent / "shared" / "data" / "train"
+from specdec.training.prompt_sources import DEFAULT_DATA_DIR, DEFAULT_EXCLUDE, UNK_BLANK, Exclusions
 
 
-def held_out_articles(data_dir: str | Path = DEFAULT_DATA, limit: int | None = None) -> list[dict[str, str]]:
+def held_out_articles(data_dir: str | Path | None = None, limit: int | None = None) -> list[dict[str, str]]:
     """[{"id", "title", "text"}] of the held-out WikiText-2 articles, <unk> shown as a blank (as the prompts
     show it), in file order."""
-    path = Path(data_dir) / "wikitext2" / "articles.jsonl"
+    path = Path(data_dir or DEFAULT_DATA_DIR) / "wikitext2" / "articles.jsonl"
     if not path.is_file():
         raise FileNotFoundError(f"{path} not found (pass --data-dir: the folder holding wikitext2/articles.jsonl)")
-    held = Exclusions.load_all(EXCLUSIONS).wikitext_ids
+    held = Exclusions.load_all(DEFAULT_EXCLUDE).wikitext_ids
     out = []
     for line in path.read_text(encoding="utf-8").splitlines():
         article = json.loads(line)

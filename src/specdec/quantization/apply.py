@@ -68,16 +68,9 @@ def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) 
 
 def quantized_bytes(decoder: Decoder) -> dict[str, int]:
     """Bytes a decode step reads in linear weights: quantized and still dense."""
+    weights = [getattr(layer, name).weight for layer in decoder.layers for name in LAYER_TENSORS]
+    weights.append(decoder.quantized_head if decoder.quantized_head is not None else decoder.head_weight())
     out = {"quantized": 0, "dense": 0}
-    for layer in decoder.layers:
-        for name in LAYER_TENSORS:
-            w = getattr(layer, name).weight
-            out["quantized" if isinstance(w, QuantizedWeight) else "dense"] += w.nbytes if isinstance(
-                w, QuantizedWeight) else w.numel() * w.element_size()
-    head = decoder.quantized_head
-    if head is not None:
-        out["quantized"] += head.nbytes
-    else:
-        w = decoder.head_weight()
-        out["dense"] += w.numel() * w.element_size()
+    for w in weights:
+        out["quantized" if isinstance(w, QuantizedWeight) else "dense"] += w.nbytes
     return out

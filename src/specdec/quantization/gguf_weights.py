@@ -6,7 +6,7 @@ from pathlib import Path
 
 import torch
 
-from specdec.quantization.gguf_blocks import SUPPORTED, decode_blocks
+from specdec.quantization.gguf_blocks import decode_blocks
 from specdec.quantization.gguf_file import read_tensors
 from specdec.quantization.quantized_weight import QuantizedWeight
 
@@ -46,12 +46,6 @@ class GGUFTensors:
     def lm_head(self) -> QuantizedWeight | None:
         """`output.weight`, or the tied `token_embd.weight` when the file has no separate head."""
         return self.quantized("output.weight" if "output.weight" in self.tensors else "token_embd.weight")
-
-    def unsupported(self) -> list[str]:
-        """Tensors of linear layers in types we cannot load quantized, as "name (type)"."""
-        skip = {"F32", "F16", "BF16", *SUPPORTED}
-        return [f"{n} ({self.type_of(n)})" for n in self.tensors
-                if n.endswith(".weight") and self.type_of(n) not in skip]
 
 
 def check_matches(name: str, quantized: QuantizedWeight, dense: torch.Tensor, rows: int = 256) -> None:
