@@ -117,9 +117,32 @@ def test_avx2_kernel_sums_in_its_documented_order(rows):
 def test_kernel_isa_names_the_build():
     isa = fast_linear.kernel_isa()
     assert (isa is None) == (fast_linear.kernel() is None)
-    assert isa in (None, "avx512_bf16", "avx2")
-    if isa == "avx2":
+    assert isa in (None, "amx", "avx512_bf16", "avx2")
+    if isa in ("amx", "avx2"):
         assert hasattr(fast_linear.kernel(), "qk_scores")
+        assert hasattr(fast_linear.kernel(), "attention_batch")
+
+
+@pytest.mark.parametrize("k,n", [(640, 96), (33, 40), (2048, 17), (31, 1)])
+def test_amx_kernel_tails_and_blocks_agree_with_one_row_at_a_time(k, n):
+    """The AMX kernel's padded paths (K not a multiple of 32, N not of 32, fewer than 16 or more than 32
+    rows, one or two x tiles per group) give every row the bits it gets alone, and stay near float64."""
+    if fast_linear.kernel_isa() != "amx":
+        pytest.skip("not the AMX kernel")
+    kern = fast_linear.kernel()
+    x, w, _ = _case(k, n, rows=70, seed=4)
+    together = kern.rows_linear(x, w)
+    for i in range(70):
+        assert torch.equal(kern.rows_linear(x[i : i + 1], w), together[i : i + 1]), i
+    for start in range(0, n, 7):  # a slice that starts inside a 32-row block
+        assert torch.equal(kern.rows_linear(x, w[start:]), together[:, start:])
+    ref = x.double() @ w.double().T
+    torch.testing.assert_close(together.double(), ref, atol=1e-4 * float(ref.abs().max()) + 1e-6, rtol=1e-4)
+
+
+def test_amx_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("SPECDEC_NO_AMX", "1")
+    assert "amx" not in fast_linear._isas()
 
 
 @pytest.mark.parametrize("with_kernel", [True, False])

@@ -6,9 +6,10 @@ either way. No library promises that for bfloat16 on CPU: oneDNN's single-row (G
 differently from its multi-row path, and where torch's bfloat16 GEMMs happen to be row-invariant they are
 very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
 output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
-the blocking or the threads. On CPUs with AVX512-BF16 the sources are bf16_rows_linear.cpp and
-probs_values.cpp; on CPUs with AVX2 + FMA, avx2_*.cpp (which also compute the attention scores,
-`qk_scores`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile
+multiplies: many rows cost about what one row costs) and attention is avx2_*.cpp's; on CPUs with
+AVX512-BF16, bf16_rows_linear.cpp and probs_values.cpp; on CPUs with AVX2 + FMA, avx2_*.cpp (which also
+compute the attention scores, `qk_scores`, and run a batch's attention in one call). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
 (prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
 run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """
@@ -41,40 +42,59 @@ def _cpu_flags() -> set[str]:
 
 
 # ISA -> (extension name, sources, compiler flags); the names differ so the builds never share torch's cache
+_AVX2_ATTENTION = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp"]
+_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
+    # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
+    "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", *_AVX2_ATTENTION],
+            [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
     "avx512_bf16": ("specdec_cpu_kernels", ["bf16_rows_linear.cpp", "probs_values.cpp"],
                     ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]),
-    "avx2": ("specdec_cpu_kernels_avx2",
-             ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_probs_values.cpp", "avx2_qk_scores.cpp",
-              "avx2_attention_batch.cpp"],
-             ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]),
+    "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", *_AVX2_ATTENTION],
+             _AVX2_FLAGS),
 }
 
 
-@cache
-def _cpu_isa() -> str | None:
+def _isas() -> list[str]:
+    """The builds this CPU can run, best first."""
     flags = _cpu_flags()
+    found = []
+    if {"amx_bf16", "amx_tile", "avx512f", "avx2", "fma"} <= flags and os.environ.get("SPECDEC_NO_AMX") != "1":
+        found.append("amx")
     if {"avx512_bf16", "avx512bw", "avx512vl"} <= flags:
-        return "avx512_bf16"
+        found.append("avx512_bf16")
     if {"avx2", "fma"} <= flags:
-        return "avx2"
-    return None
+        found.append("avx2")
+    return found
+
+
+@cache
+def _built() -> tuple[str | None, Any | None]:
+    """(isa, module) of the best build that compiles and runs here; (None, None) without one."""
+    if os.environ.get("SPECDEC_NO_KERNELS") == "1":
+        return None, None
+    for isa in _isas():
+        name, sources, cflags = _BUILDS[isa]
+        module = load_extension(name, sources, cflags, f"the bfloat16 row kernels for {isa}")
+        if module is None:
+            continue
+        if isa == "amx" and not module.amx_ready():  # an OS that does not grant the tile state
+            logger.warning("the CPU has AMX but the OS gives no tile state; using the next kernels")
+            continue
+        return isa, module
+    return None, None
 
 
 def kernel_isa() -> str | None:
-    """"avx512_bf16" or "avx2": which kernels `kernel()` built; None when there are none."""
-    return _cpu_isa() if kernel() is not None else None
+    """"amx", "avx512_bf16" or "avx2": which kernels `kernel()` built; None when there are none."""
+    return _built()[0]
 
 
-@cache
 def kernel() -> Any | None:
-    """The compiled kernel module, or None (neither AVX512-BF16 nor AVX2 + FMA, no compiler, or
-    SPECDEC_NO_KERNELS=1). Both builds have rows_linear and probs_values; only the AVX2 one has qk_scores."""
-    isa = _cpu_isa()
-    if os.environ.get("SPECDEC_NO_KERNELS") == "1" or isa is None:
-        return None
-    name, sources, cflags = _BUILDS[isa]
-    return load_extension(name, sources, cflags, f"the bfloat16 row kernels for {isa}")
+    """The compiled kernel module, or None (no AVX2 + FMA, no compiler, or SPECDEC_NO_KERNELS=1). Every
+    build has rows_linear and probs_values; the AMX and AVX2 ones also qk_scores and attention_batch.
+    SPECDEC_NO_AMX=1 skips the AMX build."""
+    return _built()[1]
 
 
 def load_extension(name: str, sources: list[str], cflags: list[str], what: str) -> Any | None:

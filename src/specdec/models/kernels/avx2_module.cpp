@@ -1,8 +1,12 @@
-// Python bindings of the AVX2 + FMA kernels (built by models/fast_linear.py on CPUs without AVX512-BF16).
+// Python bindings of the AVX2 + FMA kernels (built by models/fast_linear.py). On CPUs with AMX-BF16 the same
+// module is built with SPECDEC_AMX and amx_rows_linear.cpp in place of avx2_rows_linear.cpp.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
 #include <pybind11/stl.h>
 
 at::Tensor rows_linear(at::Tensor x, at::Tensor w);
+#ifdef SPECDEC_AMX
+bool amx_ready();
+#endif
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
@@ -11,6 +15,9 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
                            std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+#ifdef SPECDEC_AMX
+  m.def("amx_ready", &amx_ready, "whether the OS gave this process the AMX tile state");
+#endif
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
