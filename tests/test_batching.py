@@ -360,7 +360,7 @@ def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, tem
     llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 4,
                                                   "confidence_threshold": threshold})
     params = SamplingParams(temperature=temperature, max_tokens=8)
-    contexts, tokens, limits = DRAFT_CONTEXTS, DRAFT_TOKENS, [4, 2, 4, 0]
+    tokens, limits = DRAFT_TOKENS, [4, 2, 4, 0]
     alone_ps = begun_proposers(llm, params)
     alone = [p.propose(t, m) for p, t, m in zip(alone_ps, tokens, limits)]
     batched = begun_proposers(llm, params)
@@ -370,7 +370,7 @@ def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, tem
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(type(block), "forward_batch", lambda self, h, *a: calls.append(h.shape[0]) or real(self, h, *a))
         together = MTPProposer.propose_batch(batched, tokens, limits)
-    assert calls[0] == sum(map(len, contexts[:3]))  # depth 1: every drafting sequence's prompt positions
+    assert calls[0] == 3  # depth 1: every drafting sequence's last prompt position (begin read the others)
     assert len(calls) <= 4
     assert len(alone[3].tokens) == 0 and len(alone[0].tokens) > 0
     for a, b, pa, pb in zip(alone, together, alone_ps, batched):
@@ -378,3 +378,72 @@ def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, tem
         assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
         assert [c.length for c in pa.state.caches] == [c.length for c in pb.state.caches]
         assert all(torch.equal(x, y) for x, y in zip(pa.state.last_logits, pb.state.last_logits))
+
+
+DFLASH_SHAPES = {"chain": {}, "threshold": {"confidence_threshold": 0.3},
+                 "tree": {"tree_top_k": 3, "tree_num_draft_tokens": 12}}
+
+
+def first_child_path(draft, depth: int) -> list[int]:
+    """Draft indices of a root-to-node path of at most `depth` nodes (a tree's first children, a chain's prefix)."""
+    parents = draft.parents if draft.parents is not None else list(range(-1, len(draft) - 1))
+    path: list[int] = []
+    while len(path) < depth:
+        kids = [i for i, q in enumerate(parents) if q == (path[-1] if path else -1)]
+        if not kids:
+            break
+        path.append(kids[0])
+    return path
+
+
+@pytest.mark.parametrize("shape", list(DFLASH_SHAPES))
+def test_dflash_drafts_every_sequence_in_one_block_forward(zoo, tmp_path, shape):
+    """DFlashProposer.propose_batch gives each sequence the draft its own propose() gives (same tokens, same
+    tree, same context cache after), with one drafter block forward for every sequence with room and one
+    context projection for the positions the last verifications committed."""
+    from specdec.drafting.dflash import DFlashProposer
+    from test_dflash import make_random_dflash
+
+    target = zoo.load("gemma3_text")
+    path = make_random_dflash(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "dflash", "model": path, "num_speculative_tokens": 5,
+                                                  **DFLASH_SHAPES[shape]})
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    alone_ps, batched = begun_proposers(llm, params), begun_proposers(llm, params)
+    drafter = type(batched[0].drafter)
+    real_blocks, real_context = drafter.blocks_batch, drafter.context
+    tokens = [list(t) for t in DRAFT_TOKENS]
+    for limits in ([5, 0, 4, 3], [2, 5, 0, 5]):  # the second round first ingests what the first one verified
+        alone = [p.propose(t, m) for p, t, m in zip(alone_ps, tokens, limits)]
+        pending = sum(p.pending.shape[0] for p in batched if p.pending is not None)
+        blocks: list[int] = []
+        contexts: list[int] = []
+        with pytest.MonkeyPatch.context() as mp:
+            mp.setattr(drafter, "blocks_batch",
+                       lambda self, t, *a, **k: blocks.append(t.shape[0]) or real_blocks(self, t, *a, **k))
+            mp.setattr(drafter, "context", lambda self, f: contexts.append(f.shape[0]) or real_context(self, f))
+            together = DFlashProposer.propose_batch(batched, tokens, limits)
+        assert blocks == [3]  # the three sequences with room, in one forward
+        assert contexts == ([pending] if pending else [])  # round 2: every verified row (begin ingested the prompts)
+        assert len(alone[limits.index(0)]) == 0
+        if shape == "chain":
+            assert [len(d) for d in alone] == limits
+        elif shape == "threshold":
+            assert any(0 < len(d) < m for d, m in zip(alone, limits))
+        else:
+            assert all(d.parents is not None and len(d) > m for d, m in zip(alone, limits) if m > 1)
+        for a, b in zip(alone, together):
+            assert b.tokens == a.tokens and b.parents == a.parents and a.probs is None and b.probs is None
+        for pa, pb in zip(alone_ps, batched):
+            assert pb.cache.length == pa.cache.length and pb.pending is None and pb.vocab.seen == pa.vocab.seen
+            assert torch.equal(pb.cache.k, pa.cache.k) and torch.equal(pb.cache.v, pa.cache.v)
+        for i, (d, pa, pb) in enumerate(zip(alone, alone_ps, batched)):  # verify a path of each, feed both back
+            runtime = target.new_runtime()
+            runtime.reset(64)
+            runtime.prefill(tokens[i][:-1])
+            parents = None if d.parents is None else [-1, *(q + 1 for q in d.parents)]
+            verified = runtime.forward([tokens[i][-1], *d.tokens], parents=parents, capture=pa.target_layers)
+            kept = first_child_path(d, 2)
+            for p in (pa, pb):
+                p.feedback(len(kept), verified, kept if d.parents is not None else None)
+            tokens[i] += [*(d.tokens[j] for j in kept), 7]

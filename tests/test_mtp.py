@@ -253,3 +253,158 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
     assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
     assert llm.stats.acceptance_rate < 0.95
+
+
+# -- the prompt read at begin, with the prefill ---------------------------------------------------------------
+K = 3
+ACCEPT = [2, 0, 1, 3, 1]  # tokens kept per step (the drafts are compared, not the target's verdicts)
+STEP_CASES = {  # shape, temperature, through propose_batch (mtp_batch.draft_chains) or propose
+    "chain-greedy": ({}, 0.0, False), "chain-sampled": ({}, 0.9, False),
+    "batch-greedy": ({}, 0.0, True), "batch-sampled": ({}, 0.9, True),
+    "tree-greedy": (TREE, 0.0, False), "tree-sampled": (TREE, 0.9, False),
+}
+
+
+def _prompts(target, lengths, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(3, target.vocab_size, (n,), generator=g).tolist() for n in lengths]
+
+
+def _run_steps(llm, prompts, temperature, batched, read=True):
+    """The drafts of len(ACCEPT) propose/feedback steps after each prompt (all stepped together, through
+    propose_batch when `batched`), verified by the target's own forward, and the proposers after; `read`
+    False: begin leaves the prompt to the first draft (the old behaviour)."""
+    from specdec.drafting.mtp import MTPProposer
+
+    params = SamplingParams(temperature=temperature, max_tokens=64)
+    ps, runtimes, seqs = [], [], []
+    with pytest.MonkeyPatch.context() as mp:
+        if not read:
+            mp.setattr(MTPState, "read", lambda self, tokens: None)
+        for i, prompt in enumerate(prompts):
+            p, runtime = llm.new_proposer(), llm.model.new_runtime()
+            runtime.reset(len(prompt) + 64)
+            p.begin(prompt, params, torch.Generator().manual_seed(i), len(prompt) + 64, runtime.prefill(prompt))
+            ps.append(p)
+            runtimes.append(runtime)
+            seqs.append([*prompt, 5])  # any pending token
+    drafts = []
+    for a in ACCEPT:
+        step = (MTPProposer.propose_batch(ps, seqs, [K] * len(ps)) if batched
+                else [p.propose(s, K) for p, s in zip(ps, seqs)])
+        drafts.append(step)
+        for p, runtime, seq, d in zip(ps, runtimes, seqs, step):
+            if d.parents is None:
+                path, parents = list(range(min(a, len(d.tokens)))), None
+            else:  # the first child's path
+                path = []
+                for i, parent in enumerate(d.parents):
+                    if len(path) < a and parent == (path[-1] if path else -1):
+                        path.append(i)
+                parents = [-1, *(q + 1 for q in d.parents)]
+            verified = runtime.forward([seq[-1], *d.tokens], parents=parents)
+            runtime.commit([0, *(i + 1 for i in path)])
+            p.feedback(len(path), verified, path if d.parents is not None else None)
+            seq.extend([d.tokens[i] for i in path] + [int(verified.logits[path[-1] + 1 if path else 0].argmax())])
+    return drafts, ps
+
+
+def _assert_same(drafts_a, ps_a, drafts_b, ps_b):
+    """Same drafts (tokens, tree, distributions) at every step, and bit-identical depth caches after."""
+    for step_a, step_b in zip(drafts_a, drafts_b, strict=True):
+        for a, b in zip(step_a, step_b, strict=True):
+            assert a.tokens == b.tokens and a.parents == b.parents
+            assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
+    for pa, pb in zip(ps_a, ps_b, strict=True):
+        sa, sb = pa.state, pb.state
+        assert all(torch.equal(x, y) for x, y in zip(sa.last_logits, sb.last_logits, strict=True))
+        for ca, cb, oa, ob in zip(sa.caches, sb.caches, sa.outputs, sb.outputs, strict=True):
+            n = ca.length
+            assert cb.length == n > 0
+            assert torch.equal(ca.keys_t[..., :n], cb.keys_t[..., :n])
+            assert torch.equal(ca.values[:, :, :n], cb.values[:, :, :n])
+            assert torch.equal(oa[:n], ob[:n])
+
+
+@pytest.fixture(scope="module")
+def mtp_llms(zoo, tmp_path_factory):
+    """family -> (chain LLM, tree LLM) with a random two-module drafter (depth 3 reuses module 2)."""
+    out = {}
+    for family in ("llama", "gemma3_text"):
+        target = zoo.load(family)
+        path = make_random_mtp(target, tmp_path_factory.mktemp(f"mtp_{family}") / "d", draft_vocab_size=200,
+                               num_modules=2)
+        out[family] = tuple(LLM(loaded=target, speculative_config={"method": "mtp", "model": path,
+                                                                   "num_speculative_tokens": K, **tree})
+                            for tree in ({}, TREE))
+    return out
+
+
+def _block_rows(monkeypatch, llm) -> list[int]:
+    """Rows of every MTP block call from now on (DecoderLayer.forward_batch: `run` goes through it too; the
+    target's layers are DecoderLayers as well, and not counted)."""
+    rows: list[int] = []
+    drafter = llm.new_proposer().drafter  # shared by the LLM's proposers
+    blocks = {id(m.block) for m in drafter.layers}
+    real = type(drafter.layers[0].block).forward_batch
+
+    def counting(self, h, *args):
+        if id(self) in blocks:
+            rows.append(h.shape[0])
+        return real(self, h, *args)
+
+    monkeypatch.setattr(type(drafter.layers[0].block), "forward_batch", counting)
+    return rows
+
+
+@pytest.mark.parametrize("batched", [False, True])
+def test_begin_reads_the_prompt_and_the_first_draft_only_its_last_positions(mtp_llms, monkeypatch, batched):
+    """Depth k's entries whose t_{i+k} the prompt holds are read at begin; the first draft runs only the
+    k positions at depth k that need the pending token (or drafted ones), as a later draft does."""
+    from specdec.drafting.mtp import MTPProposer
+
+    llm = mtp_llms["llama"][0]
+    prompt = _prompts(llm.model, [9])[0]
+    rows = _block_rows(monkeypatch, llm)
+    p, runtime = llm.new_proposer(), llm.model.new_runtime()
+    runtime.reset(64)
+    p.begin(prompt, GREEDY, None, 64, runtime.prefill(prompt))
+    assert [c.length for c in p.state.caches] == [8, 7, 6]  # positions 0..n - k
+    assert rows == [8, 7, 6]  # one call per depth: the prompt fits one chunk
+    rows.clear()
+    tokens = [*prompt, 5]
+    draft = MTPProposer.propose_batch([p], [tokens], [K])[0] if batched else p.propose(tokens, K)
+    assert len(draft.tokens) == K
+    assert rows == [1, 2, 3]
+    assert [c.length for c in p.state.caches] == [9, 8, 7]
+
+
+@pytest.mark.parametrize("case", list(STEP_CASES))
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_drafts_after_reading_at_begin_equal_reading_in_the_first_draft(mtp_llms, family, case):
+    """Reading the prompt at begin only moves work: every later draft (tokens, tree, distributions, generator
+    draws) and every depth's cache are bit-identical to those of a proposer whose first draft reads it."""
+    tree, temperature, batched = STEP_CASES[case]
+    llm = mtp_llms[family][1 if tree else 0]
+    prompts = _prompts(llm.model, [11, 4, 1, 2] if batched else [11], seed=1)  # short ones: positions < k
+    new = _run_steps(llm, prompts, temperature, batched)
+    old = _run_steps(llm, prompts, temperature, batched, read=False)
+    _assert_same(*new, *old)
+
+
+@pytest.mark.parametrize("chunk", [1, 7])
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_a_long_prompt_read_in_chunks_drafts_as_read_in_one_piece(mtp_llms, monkeypatch, shape, chunk):
+    """A prompt longer than PROMPT_CHUNK is read a chunk at a time (no prompt x prompt scores), into the
+    same bits as in one piece: linears are row-invariant, attention per row reads the masked cache."""
+    from specdec.drafting import mtp
+
+    llm = mtp_llms["gemma3_text"][1 if shape == "tree" else 0]
+    prompt = _prompts(llm.model, [40], seed=2)
+    one = _run_steps(llm, prompt, 0.9, False)
+    rows = _block_rows(monkeypatch, llm)
+    monkeypatch.setattr(mtp, "PROMPT_CHUNK", chunk)
+    chunked = _run_steps(llm, prompt, 0.9, False)
+    expect = [min(chunk, n - s) for n in (39, 38, 37) for s in range(0, n, chunk)]
+    assert rows[: len(expect)] == expect  # begin: every depth in chunks
+    _assert_same(*one, *chunked)

@@ -9,6 +9,8 @@ greedy decoding and under sampling (accept x with probability p(x), else resampl
 Optionally (tree_top_k > 1) the same forward yields a draft tree: slot i's distribution does not depend on
 the tokens drafted before it, so the EAGLE-2 grow/rerank of dynamic_tree.py runs on the per-slot
 log-probabilities alone (path score = sum of the slots' log-probs), without a second drafter forward.
+
+The sequences of a batch that share a drafter draft in one block forward (`propose_batch`, dflash_batch.py).
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.dflash_batch import draft_blocks
 from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
 from specdec.drafting.drafter_format import shared_drafter
@@ -111,8 +114,11 @@ class DFlashProposer(Proposer):
     @torch.inference_mode()
     def _ingest(self, tokens: Sequence[int]) -> None:
         """Adds the pending committed positions to the context cache: everything before the pending token."""
-        assert self.cache is not None
         self._add_pending()
+        self._check_step(tokens)
+
+    def _check_step(self, tokens: Sequence[int]) -> None:
+        assert self.cache is not None
         if self.cache.length + 1 != len(tokens):
             raise RuntimeError(f"dflash state out of step: {self.cache.length} cached positions, {len(tokens)} tokens")
 
@@ -129,9 +135,31 @@ class DFlashProposer(Proposer):
         block = self.drafter.block_tokens(torch.tensor([tokens[-1]], device=dev))
         positions = torch.arange(len(tokens) - 1, len(tokens) - 1 + b, device=dev)[None]
         h = self.drafter.blocks(block, positions, self.cache.views(), None)[0]
-        logits = self.vocab.logits(self.drafter.norm(h[1 : 1 + k]))  # [k, vocab]
+        return self._draft(self.vocab.logits(self.drafter.norm(h[1 : 1 + k])))
+
+    @classmethod
+    def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
+                      max_tokens: Sequence[int]) -> list[Draft]:
+        """The sequences sharing a drafter in one block forward (dflash_batch.py); every draft is the one
+        `propose` gives (chains, thresholds and trees alike: all come from the block's slot logits)."""
+        out: list[Draft | None] = [None] * len(proposers)
+        groups: dict[int, list[int]] = {}
+        for i, p in enumerate(proposers):
+            if not isinstance(p, DFlashProposer):
+                raise TypeError("propose_batch takes dflash proposers only")
+            groups.setdefault(id(p.drafter), []).append(i)
+        for members in groups.values():
+            drafts = draft_blocks([proposers[i] for i in members], [tokens[i] for i in members],  # type: ignore[misc]
+                                  [max_tokens[i] for i in members])
+            for i, d in zip(members, drafts):
+                out[i] = d
+        return [d for d in out if d is not None]
+
+    def _draft(self, logits: torch.Tensor) -> Draft:
+        """The draft from the block's slot logits [k, vocab]: a tree, or the chain (to the first unsure slot)."""
         if self.options.tree_top_k > 1:
             return self._tree(logits)
+        k = logits.shape[0]
         top = logits.max(-1)
         if self.options.confidence_threshold > 0:
             unsure = torch.softmax(logits.float(), dim=-1).max(-1).values < self.options.confidence_threshold

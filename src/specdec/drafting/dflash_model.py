@@ -12,11 +12,13 @@ Parameter names follow vLLM `speculators` (`fc`, `hidden_norm`, `layers.N.self_a
 
 One code path serves training and inference: `blocks` runs A blocks at once, block a seeing the context
 positions `visible[a]` (training: positions before its anchor, the block-sparse mask) or every cached
-context position (inference: the context cache holds committed positions only).
+context position (inference: the context cache holds committed positions only). `blocks_batch` runs the
+blocks of several sequences at once, each over its own context cache (batched drafting, dflash_batch.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 
 import torch
@@ -111,16 +113,36 @@ class DFlashAttention(nn.Module):
         v = _lin(self.v_proj, x).unflatten(-1, (c.num_key_value_heads, c.head_dim)).movedim(-2, 0)
         return rope(k, positions, c.rope_theta), v
 
-    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctx: KV, visible: torch.Tensor | None) -> torch.Tensor:
-        """x [A, B, H] (normed block states) at positions [A, B] -> attention output [A, B, H]."""
+    def forward(self, x: torch.Tensor, positions: torch.Tensor, ctxs: Sequence[KV],
+                visible: torch.Tensor | None) -> torch.Tensor:
+        """x [A, B, H] (normed block states) at positions [A, B] -> attention output [A, B, H]. ctxs: one
+        context for every block (training: `visible` picks each block's positions), or one per block
+        (blocks of several sequences, each over its own cache; visible None)."""
         c = self.c
         q = self.q_norm(_lin(self.q_proj, x).unflatten(-1, (c.num_attention_heads, c.head_dim))).movedim(-2, 0)
         q = rope(q, positions, c.rope_theta)
         blk = self.kv(x, positions)
-        if not torch.is_grad_enabled():  # inference: float32, CPU bf16 batched matmuls are slow at these sizes
-            q, ctx, blk = q.float(), (ctx[0].float(), ctx[1].float()), (blk[0].float(), blk[1].float())
-        out = attend(q, ctx, blk, visible, c.head_dim**-0.5).to(x.dtype)
+        if len(ctxs) == 1:
+            out = self._attend(q, ctxs[0], blk, visible)
+        else:
+            if len(ctxs) != x.shape[0] or visible is not None:
+                raise ValueError(f"{len(ctxs)} contexts for {x.shape[0]} blocks (one, or one per block, no mask)")
+            # block by block: each has the shapes, so the bits, of its sequence's block alone
+            out = torch.cat([self._attend(q[:, a : a + 1], ctx, (blk[0][:, a : a + 1], blk[1][:, a : a + 1]), None)
+                             for a, ctx in enumerate(ctxs)], dim=1)
         return _lin(self.o_proj, out.movedim(0, -2).flatten(-2))
+
+    def _attend(self, q: torch.Tensor, ctx: KV, blk: KV, visible: torch.Tensor | None) -> torch.Tensor:
+        dtype = q.dtype
+        if not torch.is_grad_enabled():
+            # inference: float32, CPU bf16 batched matmuls are slow at these sizes; contiguous, so a block
+            # sliced out of a batch meets the matmuls in the layout it has alone
+            q, ctx, blk = _f32(q), (_f32(ctx[0]), _f32(ctx[1])), (_f32(blk[0]), _f32(blk[1]))
+        return attend(q, ctx, blk, visible, self.c.head_dim**-0.5).to(dtype)
+
+
+def _f32(x: torch.Tensor) -> torch.Tensor:
+    return x.float().contiguous()
 
 
 class DFlashLayer(nn.Module):
@@ -131,8 +153,9 @@ class DFlashLayer(nn.Module):
         self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.mlp = GatedMLP(c.hidden_size, c.intermediate_size)
 
-    def forward(self, h: torch.Tensor, positions: torch.Tensor, ctx: KV, visible: torch.Tensor | None) -> torch.Tensor:
-        h = h + self.self_attn(self.input_layernorm(h), positions, ctx, visible)
+    def forward(self, h: torch.Tensor, positions: torch.Tensor, ctxs: Sequence[KV],
+                visible: torch.Tensor | None) -> torch.Tensor:
+        h = h + self.self_attn(self.input_layernorm(h), positions, ctxs, visible)
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
@@ -171,9 +194,18 @@ class DFlashDrafter(SharedTargetParts):
                visible: torch.Tensor | None) -> torch.Tensor:
         """tokens, positions [A, B]; ctx: per layer context keys/values over N positions; visible [A, N] or
         None (all). Returns the last layer's states [A, B, H] (before the final norm)."""
+        return self.blocks_batch(tokens, positions, [ctx], visible)
+
+    def blocks_batch(self, tokens: torch.Tensor, positions: torch.Tensor, ctxs: Sequence[list[KV]],
+                     visible: torch.Tensor | None = None) -> torch.Tensor:
+        """`blocks` with one context for all A blocks (`[ctx]`), or one per block (A sequences, each block
+        over its own context cache, visible None): the linears run over every block's rows in one call
+        each (row-invariant in bfloat16 on CPU), the attention block by block."""
+        if any(len(ctx) != len(self.layers) for ctx in ctxs):
+            raise ValueError(f"a context needs keys/values for each of the {len(self.layers)} layers")
         h = self.embed(tokens).to(self.fc.weight.dtype)
-        for layer, kv in zip(self.layers, ctx, strict=True):
-            h = layer(h, positions, kv, visible)
+        for i, layer in enumerate(self.layers):
+            h = layer(h, positions, [ctx[i] for ctx in ctxs], visible)
         return h
 
 

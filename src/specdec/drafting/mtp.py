@@ -7,6 +7,11 @@ With n + 1 committed tokens (positions 0..n) and the pending token t_{n+1}, dept
 needs t_{i+k}, so entries up to i = n + 1 - k are final and kept; the rest, up to i = n, read drafted
 tokens and are dropped after the step. Draft d_k comes from depth k at position n. Depths beyond the
 step's draft length catch up on the next step.
+
+`begin` reads the prompt t_0..t_n (no pending token yet) with the target's prefill: depth k's entries up
+to i = n - k, all whose inputs are known (`MTPState.read`). So the first draft, like every later one, runs
+only the positions since the last step (k entries at depth k): the auto draft-length policy charges a
+step's time to the tokens drafted in it, and a long prompt read in a draft would stall every other stream.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ if TYPE_CHECKING:
 
 # (depth, draft-vocab logits [Vd]) -> (target token id, q over the target vocab or None for a point mass)
 Pick = Callable[[int, torch.Tensor], tuple[int, torch.Tensor | None]]
+
+PROMPT_CHUNK = 512  # prompt positions a depth's block reads per call at begin() (no prompt x prompt scores)
 
 
 class MTPState:
@@ -97,25 +104,57 @@ class MTPState:
         cos, sin = d.rope(positions, self.capacity)
         return mask, cos, sin, positions
 
+    def entry_inputs(self, depth: int, seq: Sequence[int], start: int, end: int,
+                     drafted: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Depth's inputs for its entries at positions [start, end): token ids [m] (t_{i+depth} of `seq`) and
+        the previous depth's outputs [m, H] (depth 1: the target's features), its kept ones, then `drafted`,
+        its outputs at the last positions, which read drafted tokens. The block's rows are
+        `module_for(depth).project(drafter.embed(ids), hidden)`."""
+        source = self.features if depth == 1 else self.outputs[depth - 2]
+        kept = end - (0 if drafted is None else drafted.shape[0])  # the kept outputs read end here
+        hidden = source[start:kept] if drafted is None else torch.cat([source[start:kept], drafted])
+        ids = torch.tensor(seq[start + depth : end + depth], dtype=torch.long, device=self.features.device)
+        return ids, hidden
+
+    def keep(self, depth: int, out: torch.Tensor, start: int, final: int) -> None:
+        """Keeps the entries [start, final) of depth's block run from position `start` (outputs `out`):
+        its cache entries and its outputs, the next depth's inputs; the rest are dropped."""
+        self.caches[depth - 1].commit(range(final - start))
+        self.outputs[depth - 1][start:final] = out[: final - start]
+
+    @torch.inference_mode()
+    def read(self, tokens: Sequence[int]) -> None:
+        """Fills every depth's cache from committed tokens alone: `tokens` are those of the positions whose
+        features arrived (no pending token), so depth k's entries up to position len(tokens) - 1 - k, the
+        ones whose t_{i+k} is known; the last k wait for the next draft, which reads the pending token.
+        In chunks of PROMPT_CHUNK positions: a long prompt in one call would need a prompt x prompt score
+        matrix. Attention is per row over the cache (fixed capacity, masked) and the linears are
+        row-invariant, so the entries are bit-identical to those a draft computes."""
+        if self.length != len(tokens):
+            raise RuntimeError(f"MTP state out of step: features of {self.length} positions, {len(tokens)} tokens")
+        d, chunk = self.drafter, PROMPT_CHUNK
+        for k in range(1, len(self.caches) + 1):
+            module, final = d.module_for(k), max(len(tokens) - k, 0)
+            for start in range(self.caches[k - 1].length, final, chunk):
+                end = min(final, start + chunk)
+                ids, hidden = self.entry_inputs(k, tokens, start, end)
+                self.keep(k, self.run(k, module.project(d.embed(ids), hidden), start), start, end)
+
     @torch.inference_mode()
     def draft(self, tokens: Sequence[int], depth: int, pick: Pick, threshold: float = 0.0) -> Draft:
         if self.length != len(tokens) - 1:
             raise RuntimeError(f"MTP state out of step: features of {self.length} positions, {len(tokens)} tokens")
-        d, dev = self.drafter, self.features.device
+        d = self.drafter
         seq, probs = list(tokens), []
-        last = self.length - 1  # position n
-        prev_final, prev_drafted = self.length, self.features[:0]  # depth 0 = the target's features
+        drafted: torch.Tensor | None = None  # the previous depth's outputs that read drafted tokens
         self.last_logits = []
         for k in range(1, min(depth, len(self.caches)) + 1):
-            cache, module = self.caches[k - 1], d.module_for(k)
-            start, final = cache.length, max(self.length + 1 - k, 0)  # entries [start, final) are kept
-            source = self.features if k == 1 else self.outputs[k - 2]
-            hidden = torch.cat([source[start:prev_final], prev_drafted[max(start - prev_final, 0) :]])
-            ids = torch.tensor(seq[start + k : last + k + 1], dtype=torch.long, device=dev)
+            module = d.module_for(k)
+            start, final = self.caches[k - 1].length, max(self.length + 1 - k, 0)  # entries [start, final) are kept
+            ids, hidden = self.entry_inputs(k, seq, start, self.length, drafted)  # positions start..n
             out = self.run(k, module.project(d.embed(ids), hidden), start)
-            cache.commit(range(final - start))
-            self.outputs[k - 1][start:final] = out[: final - start]
-            prev_final, prev_drafted = final, out[final - start :]
+            self.keep(k, out, start, final)
+            drafted = out[final - start :]
             logits = self.logits(k, out[-1:])[0]
             self.last_logits.append(logits)
             token, q = pick(k, logits)
@@ -192,6 +231,7 @@ class MTPProposer(Proposer):
         self.state = MTPState(self.drafter, self.options.num_speculative_tokens, capacity + room, self.vocab)
         self.vocab.start(prompt)
         self.state.add(prefill.final_hidden)
+        self.state.read(prompt)  # the prompt's entries now, with the prefill, not in the first draft
         self.sampling, self.generator = sampling, generator
 
     def _pick(self, depth: int, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:

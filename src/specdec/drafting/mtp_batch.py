@@ -32,9 +32,7 @@ def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], de
         st.last_logits = []
     seqs = [list(t) for t in tokens]
     probs: list[list[torch.Tensor]] = [[] for _ in states]
-    last = [st.length - 1 for st in states]  # position n
-    prev_final = [st.length for st in states]
-    prev_drafted = [st.features[:0] for st in states]  # depth 0 = the target's features
+    drafted: list[torch.Tensor | None] = [None for _ in states]  # the previous depth's outputs of drafted tokens
     active = [j for j, st in enumerate(states) if min(depths[j], len(st.caches)) >= 1]
     k = 1
     while active:
@@ -43,9 +41,9 @@ def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], de
         for j in active:
             st = states[j]
             start, final = st.caches[k - 1].length, max(st.length + 1 - k, 0)  # entries [start, final) are kept
-            source = st.features if k == 1 else st.outputs[k - 2]
-            parts.append(torch.cat([source[start : prev_final[j]], prev_drafted[j][max(start - prev_final[j], 0) :]]))
-            ids.append(torch.tensor(seqs[j][start + k : last[j] + k + 1], dtype=torch.long, device=st.features.device))
+            i, part = st.entry_inputs(k, seqs[j], start, st.length, drafted[j])  # positions start..n
+            parts.append(part)
+            ids.append(i)
             starts.append(start)
             finals.append(final)
         x = module.project(d.embed(torch.cat(ids)), torch.cat(parts))
@@ -61,10 +59,9 @@ def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], de
         out = module.block.forward_batch(x, torch.cat(cos), torch.cat(sin), sequences, torch.cat(positions))
         lasts = []
         for j, seq_rows, start, final in zip(active, sequences, starts, finals):
-            st, h = states[j], out[seq_rows.start : seq_rows.end]
-            st.caches[k - 1].commit(range(final - start))
-            st.outputs[k - 1][start:final] = h[: final - start]
-            prev_final[j], prev_drafted[j] = final, h[final - start :]
+            h = out[seq_rows.start : seq_rows.end]
+            states[j].keep(k, h, start, final)
+            drafted[j] = h[final - start :]
             lasts.append(h[-1:])
         normed = module.norm(torch.cat(lasts), module.shared_norm)
         vocab0 = states[0].vocab

@@ -48,12 +48,13 @@ class MTPTreeGrower:
         source = s.features if k == 1 else s.outputs[k - 2]
         owners = [u for u in owners if self._position(k, nodes[u]) >= 0]
         owned_at = [self._position(k, nodes[u]) for u in owners]
-        hidden = [source[start:final]]
+        committed_ids, committed = s.entry_inputs(k, self.seq, start, final)  # the catch-up entries
+        hidden = [committed]
         for u, pos in zip(owners, owned_at):
             p = nodes[u].parent
             hidden.append(source[pos : pos + 1] if p == -1 else self.owned[(k - 1, p)][None])
         drafted = s.to_target(torch.tensor([nodes[u].token for u in owners], dtype=torch.long, device=dev))
-        ids = self.seq[start + k : final + k] + [int(t) for t in drafted.tolist()]
+        ids = torch.cat([committed_ids, drafted.to(torch.long)])
         positions = list(range(start, final)) + owned_at
         c, m = final - start, final - start + len(owners)
         ancestry = torch.zeros(m, m, dtype=torch.bool, device=dev)
@@ -67,10 +68,9 @@ class MTPTreeGrower:
                     ancestry[c + j, row[a]] = True
                 a = nodes[a].parent
         module = d.module_for(k)
-        x = module.project(d.embed(torch.tensor(ids, dtype=torch.long, device=dev)), torch.cat(hidden))
+        x = module.project(d.embed(ids), torch.cat(hidden))
         out = s.run(k, x, start, ancestry, torch.tensor(positions, dtype=torch.long, device=dev))
-        cache.commit(range(c))
-        s.outputs[k - 1][start:final] = out[:c]
+        s.keep(k, out, start, final)
         for j, u in enumerate(owners):
             self.owned[(k, u)] = out[c + j]
         return out
