@@ -118,7 +118,7 @@ def test_kernel_isa_names_the_build():
     isa = fast_linear.kernel_isa()
     assert (isa is None) == (fast_linear.kernel() is None)
     assert isa in (None, "amx", "avx512_bf16", "avx2")
-    if isa in ("amx", "avx2"):
+    if isa is not None:
         assert hasattr(fast_linear.kernel(), "qk_scores")
         assert hasattr(fast_linear.kernel(), "attention_batch")
 

@@ -47,8 +47,8 @@ def matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
 
 def _kernel_probs_values(probs: torch.Tensor, values: torch.Tensor, order: torch.Tensor | None,
                          tokens: int) -> torch.Tensor | None:
-    """probs [kv_heads, groups * T, capacity] @ values through our CPU kernel (kernels/probs_values.cpp or
-    avx2_probs_values.cpp, same arithmetic), or None where it does not apply (not bfloat16 on CPU, or no
+    """probs [kv_heads, groups * T, capacity] @ values through our CPU kernel (kernels/avx2_probs_values.cpp),
+    or None where it does not apply (not bfloat16 on CPU, or no
     kernel: then torch's path below, exact too)."""
     if probs.dtype != torch.bfloat16 or probs.device.type != "cpu":
         return None
@@ -78,9 +78,9 @@ def attention(
     at the slots a chain would give them (`tree_slot_order`), and `mask` is in that order too. The float
     sums of the softmax and of probs x values then group their terms exactly as plain decoding does, so a
     tree node's output is bit-identical to the same token decoded alone. Where our CPU kernels exist
-    (fast_linear.kernel(): AVX512-BF16 or AVX2), probs x values runs in them, reading each token's slots in
+    (fast_linear.kernel()), probs x values runs in them, reading each token's slots in
     its order without copying the values; elsewhere torch gathers a copy of the values per token (slower
-    for trees, as exact). The AVX2 kernels also compute the scores (`qk_scores`): each a float32 dot
+    for trees, as exact). The kernels also compute the scores (`qk_scores`): each a float32 dot
     product in a fixed order, not rounded to bfloat16 as torch's bfloat16 matmul rounds it.
     """
     t, heads, dim = q.shape

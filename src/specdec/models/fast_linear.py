@@ -7,9 +7,9 @@ differently from its multi-row path, and where torch's bfloat16 GEMMs happen to 
 very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
 output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
 the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile
-multiplies: many rows cost about what one row costs) and attention is avx2_*.cpp's; on CPUs with
-AVX512-BF16, bf16_rows_linear.cpp and probs_values.cpp; on CPUs with AVX2 + FMA, avx2_*.cpp (which also
-compute the attention scores, `qk_scores`, and run a batch's attention in one call). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp;
+on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
+scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
 (prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
 run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """
@@ -48,8 +48,9 @@ _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
     "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", *_AVX2_ATTENTION],
             [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
-    "avx512_bf16": ("specdec_cpu_kernels", ["bf16_rows_linear.cpp", "probs_values.cpp"],
-                    ["-O3", "-mavx512f", "-mavx512bw", "-mavx512vl", "-mavx512bf16", "-fopenmp"]),
+    # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) beside the AVX2 attention
+    "avx512_bf16": ("specdec_cpu_kernels_avx512bf16", ["avx2_module.cpp", "bf16_rows_linear.cpp", *_AVX2_ATTENTION],
+                    _AVX2_FLAGS),
     "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", *_AVX2_ATTENTION],
              _AVX2_FLAGS),
 }
@@ -92,7 +93,7 @@ def kernel_isa() -> str | None:
 
 def kernel() -> Any | None:
     """The compiled kernel module, or None (no AVX2 + FMA, no compiler, or SPECDEC_NO_KERNELS=1). Every
-    build has rows_linear and probs_values; the AMX and AVX2 ones also qk_scores and attention_batch.
+    build has rows_linear, probs_values, qk_scores and attention_batch.
     SPECDEC_NO_AMX=1 skips the AMX build."""
     return _built()[1]
 

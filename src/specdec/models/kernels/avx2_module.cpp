@@ -1,5 +1,6 @@
 // Python bindings of the AVX2 + FMA kernels (built by models/fast_linear.py). On CPUs with AMX-BF16 the same
-// module is built with SPECDEC_AMX and amx_rows_linear.cpp in place of avx2_rows_linear.cpp.
+// module is built with SPECDEC_AMX and amx_rows_linear.cpp in place of avx2_rows_linear.cpp, on CPUs with
+// AVX512-BF16 with bf16_rows_linear.cpp.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
 #include <pybind11/stl.h>
 

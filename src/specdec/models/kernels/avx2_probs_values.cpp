@@ -1,5 +1,5 @@
-// out = probs @ values for attention, each query row reading the value slots in its own order: the AVX2 +
-// FMA twin of probs_values.cpp, with the same arithmetic (so the same bits). probs_values_at reads column s
+// out = probs @ values for attention, each query row reading the value slots in its own order (every build
+// of the kernels uses this one, AVX2 + FMA). probs_values_at reads column s
 // at slot first + s (or at the absolute slot order[.., s]): an attention span of the buffer, without a copy.
 //
 // Row r of head h reads values[h, order[r % tokens, s]] for s = 0, 1, ... without a copy (see
