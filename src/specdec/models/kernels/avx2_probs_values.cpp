@@ -65,6 +65,35 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
 
 }  // namespace
 
+// One output row: dim bfloat16 values from one row of probs over `slots` columns, column s read at value
+// slot orow[s] (or first + s without an order). probs_values_at runs this for each of its rows.
+void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                      int64_t slots, int64_t dim, uint16_t* out) {
+  const int64_t vectors = dim / 8;
+  int64_t c = 0;
+  for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, first, slots, dim, 8 * c, out);
+  switch (vectors - c) {
+    case 7: row_group<7>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 6: row_group<6>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 5: row_group<5>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 4: row_group<4>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 3: row_group<3>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 2: row_group<2>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    case 1: row_group<1>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
+    default: break;
+  }
+  // dims past the last multiple of 8: the same chain, one scalar FMA at a time
+  for (int64_t d = 8 * vectors; d < dim; ++d) {
+    float acc = 0.0f;
+    for (int64_t s = 0; s < slots; ++s) {
+      const uint16_t pb = prow[s];
+      if ((pb & 0x7FFF) == 0) continue;
+      acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : first + s) * dim + d]), acc);
+    }
+    out[d] = float_to_bf16(acc);
+  }
+}
+
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first) {
   TORCH_CHECK(probs.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(probs.dim() == 3 && values.dim() == 3 && probs.size(0) == values.size(0) &&
@@ -84,36 +113,11 @@ at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
   const int64_t* op = ordered ? order.data_ptr<int64_t>() : nullptr;
   auto* outp = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
-  const int64_t vectors = dim / 8;
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t hr = 0; hr < heads * rows; ++hr) {
     const int64_t h = hr / rows, r = hr % rows;
-    const uint16_t* prow = pp + hr * slots;
-    const int64_t* orow = ordered ? op + (r % tokens) * slots : nullptr;
-    const uint16_t* vhead = vp + h * capacity * dim;
-    uint16_t* orow_out = outp + hr * dim;
-    int64_t c = 0;
-    for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out);
-    switch (vectors - c) {
-      case 7: row_group<7>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 6: row_group<6>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 5: row_group<5>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 4: row_group<4>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 3: row_group<3>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 2: row_group<2>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      case 1: row_group<1>(prow, orow, vhead, first, slots, dim, 8 * c, orow_out); break;
-      default: break;
-    }
-    // dims past the last multiple of 8: the same chain, one scalar FMA at a time
-    for (int64_t d = 8 * vectors; d < dim; ++d) {
-      float acc = 0.0f;
-      for (int64_t s = 0; s < slots; ++s) {
-        const uint16_t pb = prow[s];
-        if ((pb & 0x7FFF) == 0) continue;
-        acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : first + s) * dim + d]), acc);
-      }
-      orow_out[d] = float_to_bf16(acc);
-    }
+    probs_values_row(pp + hr * slots, ordered ? op + (r % tokens) * slots : nullptr, vp + h * capacity * dim, first,
+                     slots, dim, outp + hr * dim);
   }
   return out;
 }

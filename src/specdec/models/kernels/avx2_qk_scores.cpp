@@ -67,6 +67,23 @@ inline void score_rows(const float* q, const uint16_t* keys, int64_t dim, int64_
 
 }  // namespace
 
+// qk_scores_at's arithmetic on raw pointers, on the caller's thread: `rows` float32 query rows (stride dim)
+// against `count` slots of keys [dim, stride] (already offset to the first slot); out [rows, count].
+void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
+                    int64_t count) {
+  for (int64_t s = 0; s < count; s += 24) {
+    const int64_t e = std::min(count, s + 24);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) score_rows<4>(q + r * dim, keys, dim, stride, out + r * count, count, s, e);
+    switch (rows - r) {
+      case 3: score_rows<3>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
+      case 2: score_rows<2>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
+      case 1: score_rows<1>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
+      default: break;
+    }
+  }
+}
+
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && keys_t.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(q.dim() == 3 && keys_t.dim() == 3 && q.size(0) == keys_t.size(0) && q.size(2) == keys_t.size(1),
