@@ -18,6 +18,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
@@ -83,26 +84,35 @@ inline float bf16_to_float(uint16_t b) {
   return f;
 }
 
+// c10::BFloat16's conversion: round to nearest even, NaN to the quiet NaN
+inline uint16_t float_to_bf16(float f) {
+  if (std::isnan(f)) return 0x7FC0;
+  uint32_t bits;
+  std::memcpy(&bits, &f, sizeof(bits));
+  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
+}
+
 // span_rows for rows that read the cache in slot order (no tree order), with the same arithmetic on raw
 // pointers: the softmax and its rounding to bfloat16 are the only tensor ops. A decoding sequence ran about
 // fifteen small tensor ops per layer through span_rows, microseconds each: at 32 sequences that was a fifth
 // of a decode step. Needs contiguous cache buffers and mask, and q's last axis contiguous.
-void span_rows_in_slot_order(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Tensor& values,
-                             const at::Tensor& mask, const std::vector<int64_t>& rows, int64_t first, int64_t end,
-                             int64_t t, int64_t kv_heads, int64_t groups, double scale, at::Tensor& out_rows) {
-  const int64_t n = static_cast<int64_t>(rows.size()), dim = qs_all.size(2), len = end - first;
+// qp: the sequence's first query row ([t, heads, dim] with strides q_row, q_head, 1); op: its first output
+// row (stride out_row).
+void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, const at::Tensor& keys_t,
+                             const at::Tensor& values, const at::Tensor& mask, const std::vector<int64_t>& rows,
+                             int64_t first, int64_t end, int64_t t, int64_t kv_heads, int64_t groups, double scale,
+                             uint16_t* op, int64_t out_row) {
+  const int64_t n = static_cast<int64_t>(rows.size()), dim = keys_t.size(1), len = end - first;
   const int64_t capacity = keys_t.size(2), gn = groups * n;
   // query rows as float32 (exact) in (kv head, group, row) order, as span_rows lays them out
   std::vector<float> qf(kv_heads * gn * dim);
-  const auto* qp = reinterpret_cast<const uint16_t*>(qs_all.data_ptr<at::BFloat16>());
-  const int64_t q_row = qs_all.stride(0), q_head = qs_all.stride(1);
   for (int64_t h = 0; h < kv_heads * groups; ++h)
     for (int64_t j = 0; j < n; ++j) {
       const uint16_t* src = qp + rows[j] * q_row + h * q_head;
       float* dst = qf.data() + (h * n + j) * dim;
       for (int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_float(src[d]);
     }
-  auto scores = at::empty({kv_heads, gn, len}, qs_all.options().dtype(at::kFloat));
+  auto scores = at::empty({kv_heads, gn, len}, keys_t.options().dtype(at::kFloat));
   float* sp = scores.data_ptr<float>();
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   for (int64_t h = 0; h < kv_heads; ++h)
@@ -120,36 +130,52 @@ void span_rows_in_slot_order(const at::Tensor& qs_all, const at::Tensor& keys_t,
           row[c] = scaled + mrow[c];
         }
       }
-  const auto probs = scores.softmax(-1).to(at::kBFloat16).contiguous();
-  const auto* pp = reinterpret_cast<const uint16_t*>(probs.data_ptr<at::BFloat16>());
+  const auto probs = scores.softmax(-1).contiguous();
+  const float* fp = probs.data_ptr<float>();
+  std::vector<uint16_t> pb(kv_heads * gn * len);  // .to(bfloat16): round to nearest even
+  for (size_t i = 0; i < pb.size(); ++i) pb[i] = float_to_bf16(fp[i]);
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
-  auto* op = reinterpret_cast<uint16_t*>(out_rows.data_ptr<at::BFloat16>());
-  const int64_t out_row = out_rows.stride(0);
   for (int64_t h = 0; h < kv_heads; ++h)
     for (int64_t g = 0; g < groups; ++g)
       for (int64_t j = 0; j < n; ++j)
-        probs_values_row(pp + (h * gn + g * n + j) * len, nullptr, vp + h * capacity * dim, first, len, dim,
+        probs_values_row(pb.data() + (h * gn + g * n + j) * len, nullptr, vp + h * capacity * dim, first, len, dim,
                          op + rows[j] * out_row + (h * groups + g) * dim);
 }
 
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
                   const at::Tensor& values, const at::Tensor& mask, const at::Tensor& order,
-                  const at::Tensor& positions, int64_t start, int64_t end, int64_t slot, int64_t window,
+                  const int64_t* positions, int64_t start, int64_t end, int64_t slot, int64_t window,
                   double scale, at::Tensor& out) {
   const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
-  const int64_t groups = heads / kv_heads, capacity = keys_t.size(2);
+  const int64_t groups = heads / kv_heads, capacity = keys_t.size(2), dim = keys_t.size(1);
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
   TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
               "order [T, capacity]");
   TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
+  const bool ordered = order.numel() > 0;
+  // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step.
+  const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && mask.is_contiguous() &&
+                   q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.is_contiguous();
   // KVCache.write: pending slots [slot, slot + t)
-  keys_t.narrow(2, slot, t).copy_(k.narrow(0, start, t).permute({1, 2, 0}));
-  values.narrow(1, slot, t).copy_(v.narrow(0, start, t).transpose(0, 1));
+  if (raw) {
+    auto* kt = reinterpret_cast<uint16_t*>(keys_t.data_ptr<at::BFloat16>());
+    auto* vt = reinterpret_cast<uint16_t*>(values.data_ptr<at::BFloat16>());
+    const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
+    const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const uint16_t* ks = kp + (start + i) * k.stride(0) + h * k.stride(1);
+        const uint16_t* vs = vp + (start + i) * v.stride(0) + h * v.stride(1);
+        for (int64_t d = 0; d < dim; ++d) kt[(h * dim + d) * capacity + slot + i] = ks[d];
+        std::memcpy(vt + (h * capacity + slot + i) * dim, vs, dim * sizeof(uint16_t));
+      }
+  } else {
+    keys_t.narrow(2, slot, t).copy_(k.narrow(0, start, t).permute({1, 2, 0}));
+    values.narrow(1, slot, t).copy_(v.narrow(0, start, t).transpose(0, 1));
+  }
   // each row's reach: its own slot, or in a slot-ordered tree its depth's column (positions are committed +
   // depth); a tree read in plain slot order (drafters) may see ancestors anywhere in its pending slots
-  const auto pos = positions.narrow(0, start, t).to(at::kLong).contiguous();
-  const int64_t* pp = pos.data_ptr<int64_t>();
-  const bool ordered = order.numel() > 0;
+  const int64_t* pp = positions + start;
   bool chain = true;
   int64_t low = pp[0];
   for (int64_t i = 0; i < t; ++i) chain = chain && pp[i] == pp[0] + i, low = std::min(low, pp[i]);
@@ -160,21 +186,22 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     spans[i] = {span, i};
   }
   std::stable_sort(spans.begin(), spans.end());
-  const auto qs_all = q.narrow(0, start, t);
-  auto out_rows = out.narrow(0, start, t);
   const auto index = at::TensorOptions().dtype(at::kLong);
-  const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && mask.is_contiguous() &&
-                   qs_all.stride(2) == 1 && out_rows.stride(1) == 1;
   for (size_t a = 0; a < spans.size();) {
     size_t b = a;
     std::vector<int64_t> rows;
     while (b < spans.size() && spans[b].first == spans[a].first) rows.push_back(spans[b++].second);
     const auto [first, stop] = spans[a].first;
-    if (raw)
-      span_rows_in_slot_order(qs_all, keys_t, values, mask, rows, first, stop, t, kv_heads, groups, scale, out_rows);
-    else
-      span_rows(qs_all, keys_t, values, mask, order, at::tensor(rows, index), first, stop,
+    if (raw) {
+      span_rows_in_slot_order(reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()) + start * q.stride(0),
+                              q.stride(0), q.stride(1), keys_t, values, mask, rows, first, stop, t, kv_heads, groups,
+                              scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
+                              out.stride(0));
+    } else {
+      auto out_rows = out.narrow(0, start, t);
+      span_rows(q.narrow(0, start, t), keys_t, values, mask, order, at::tensor(rows, index), first, stop,
                 std::max(stop, slot + t), t, kv_heads, groups, scale, out_rows);
+    }
     a = b;
   }
 }
@@ -197,11 +224,14 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
               "one cache, mask, order, row span and slot per sequence");
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "bfloat16 q, k, v");
   auto out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
+  TORCH_CHECK(positions.dim() == 1 && positions.size(0) == q.size(0), "one position per row");
+  const auto positions_long = positions.to(at::kLong).contiguous();
+  const int64_t* pos = positions_long.data_ptr<int64_t>();
   std::vector<int64_t> small, large;
   for (int64_t i = 0; i < n; ++i) (ends[i] - starts[i] <= kSmallRows ? small : large).push_back(i);
   if (small.size() == 1) large.push_back(small[0]), small.clear();  // no team for one: see below
   for (int64_t i : large)
-    one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], positions, starts[i], ends[i], slots[i], window,
+    one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i], window,
                  scale, out);
   const int64_t m = static_cast<int64_t>(small.size());
   // Inside this region torch's and our kernels' own parallel loops run serially (in_parallel_region), and
@@ -215,7 +245,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
     const int64_t i = small[j];
     try {
       const at::ThreadLocalStateGuard same_state(caller);
-      one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], positions, starts[i], ends[i], slots[i],
+      one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
                    window, scale, out);
     } catch (...) {
 #pragma omp critical
