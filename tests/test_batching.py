@@ -319,6 +319,38 @@ def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_pat
     assert all(p.cache.length == len(c) for p, c in zip(batched, contexts))  # drafted entries rolled back
 
 
+@pytest.mark.parametrize("threshold", [0.0, 0.02])
+def test_eagle3_grows_every_tree_with_one_drafter_step_per_level(zoo, tmp_path, threshold):
+    """Eagle3Proposer.propose_batch grows each sequence's dynamic tree exactly as its own propose() does (same
+    tokens, same parents), with one batched drafter step per tree level for every tree still growing."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec.drafting.eagle3 import Eagle3Proposer
+
+    target = zoo.load("gemma3_text")
+    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": 4,
+                                                  "tree_top_k": 3, "tree_num_draft_tokens": 8,
+                                                  "confidence_threshold": threshold})
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    limits = [4, 2, 4, 0]
+    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), DRAFT_TOKENS, limits)]
+    batched = begun_proposers(llm, params)
+    rows: list[int] = []
+    real = type(batched[0].drafter).step_batch
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(type(batched[0].drafter), "step_batch",
+                   lambda self, h, *a: rows.append(h.shape[0]) or real(self, h, *a))
+        together = Eagle3Proposer.propose_batch(batched, DRAFT_TOKENS, limits)
+    # one step ingests every prompt's last position; then per level 2..depth one step for the 3 frontier
+    # nodes of every tree still growing (depth 4, 2, 4, 0: levels 2-4 for two trees, level 2 for one)
+    assert rows[0] == len(DRAFT_CONTEXTS)
+    assert threshold > 0 or rows[1:] == [9, 6, 6]
+    for a, b in zip(alone, together):
+        assert b.tokens == a.tokens and b.parents == a.parents
+    assert not together[3].tokens and max(max(d.parents or [], default=-1) for d in together) >= 0  # real trees
+    assert all(p.cache.length == len(c) for p, c in zip(batched, DRAFT_CONTEXTS))  # drafted entries rolled back
+
+
 @pytest.mark.parametrize("own_lm_heads,tree_top_k", [(False, None), (True, None), (False, 3)])
 def test_medusa_drafts_every_sequence_with_one_call_per_head(zoo, tmp_path, own_lm_heads, tree_top_k):
     """MedusaProposer.propose_batch gives each sequence the tree its own propose() gives, with every
@@ -378,6 +410,37 @@ def test_mtp_drafts_every_chain_with_one_block_call_per_depth(zoo, tmp_path, tem
         assert (a.probs is None and b.probs is None) or torch.equal(a.probs, b.probs)
         assert [c.length for c in pa.state.caches] == [c.length for c in pb.state.caches]
         assert all(torch.equal(x, y) for x, y in zip(pa.state.last_logits, pb.state.last_logits))
+
+
+def test_mtp_grows_every_tree_with_one_block_call_per_level(zoo, tmp_path):
+    """MTPProposer.propose_batch grows each sequence's tree exactly as its own propose() does (same tokens,
+    parents and caches after), running each level's block once for every tree still growing."""
+    from mtp_helpers import make_random_mtp
+    from specdec.drafting.mtp import MTPProposer
+
+    target = zoo.load("gemma3_text")
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 4,
+                                                  "tree_top_k": 3, "tree_num_draft_tokens": 8})
+    params = SamplingParams(temperature=0.0, max_tokens=8)
+    limits = [4, 2, 4, 0]
+    counts: dict[str, list[int]] = {"alone": [], "batched": []}
+    alone_ps, batched = begun_proposers(llm, params), begun_proposers(llm, params)
+    block = batched[0].drafter.module_for(1).block
+    real = type(block).forward_batch
+    with pytest.MonkeyPatch.context() as mp:
+        mode = "alone"
+        mp.setattr(type(block), "forward_batch",
+                   lambda self, h, *a: counts[mode].append(h.shape[0]) or real(self, h, *a))
+        alone = [p.propose(t, m) for p, t, m in zip(alone_ps, DRAFT_TOKENS, limits)]
+        mode = "batched"
+        together = MTPProposer.propose_batch(batched, DRAFT_TOKENS, limits)
+    assert max(max(d.parents or [], default=-1) for d in alone) >= 0  # real trees
+    # alone: every tree runs its own block per level; together: one run per level (plus the empty draft's)
+    assert len(counts["batched"]) < len(counts["alone"]) and len(counts["batched"]) <= 4 + 1
+    for a, b, pa, pb in zip(alone, together, alone_ps, batched):
+        assert b.tokens == a.tokens and b.parents == a.parents
+        assert [c.length for c in pa.state.caches] == [c.length for c in pb.state.caches]
 
 
 DFLASH_SHAPES = {"chain": {}, "threshold": {"confidence_threshold": 0.3},

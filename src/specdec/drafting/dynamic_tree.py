@@ -11,7 +11,7 @@ Scores only fall along a path, so that set is a subtree; orphans (possible on ex
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import torch
@@ -34,9 +34,15 @@ def min_score(confidence_threshold: float) -> float:
     return math.log(confidence_threshold) if confidence_threshold > 0 else float("-inf")
 
 
-def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int,
-              min_score: float = float("-inf")) -> list[TreeNode]:
-    """Returns the selected nodes in topological order with parents re-indexed into the returned list."""
+# what tree_growth asks for: the frontier (indices into the node list) to feed, and the node list so far
+Frontier = tuple[list[int], list[TreeNode]]
+
+
+def tree_growth(root_logprobs: torch.Tensor, top_k: int, depth: int, total: int,
+                min_score: float = float("-inf")) -> Generator[Frontier, torch.Tensor, list[TreeNode]]:
+    """grow_tree one frontier at a time: yields each frontier to feed and takes its log-probs
+    [len(frontier), V] back; returns the selected nodes. A caller can grow the trees of many sequences
+    level by level this way, one drafter forward for all their frontiers."""
     nodes: list[TreeNode] = []
     scores, tokens = root_logprobs.topk(min(top_k, root_logprobs.numel()))
     frontier = []
@@ -46,7 +52,7 @@ def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: in
     for level in range(2, depth + 1):
         if max(nodes[i].score for i in frontier) < min_score:
             break
-        logprobs = expand(frontier, nodes)  # [len(frontier), V]
+        logprobs = yield frontier, nodes  # [len(frontier), V]
         parent_scores = torch.tensor([nodes[i].score for i in frontier], dtype=logprobs.dtype)
         child_lp, child_tok = logprobs.topk(min(top_k, logprobs.shape[-1]), dim=-1)
         cumulative = child_lp + parent_scores[:, None]
@@ -58,6 +64,18 @@ def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: in
         best = sorted(children, key=lambda i: -nodes[i].score)[:top_k]
         frontier = sorted(best)
     return select_subtree(nodes, total)
+
+
+def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int,
+              min_score: float = float("-inf")) -> list[TreeNode]:
+    """Returns the selected nodes in topological order with parents re-indexed into the returned list."""
+    growth = tree_growth(root_logprobs, top_k, depth, total, min_score)
+    try:
+        request = next(growth)
+        while True:
+            request = growth.send(expand(*request))
+    except StopIteration as done:
+        return done.value
 
 
 def select_subtree(nodes: list[TreeNode], total: int) -> list[TreeNode]:

@@ -18,7 +18,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
-from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
+from specdec.drafting.dynamic_tree import min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache
@@ -176,10 +176,10 @@ class Eagle3Proposer(Proposer):
         depth = min(self.options.num_speculative_tokens, max_tokens)
         if depth <= 0:
             return Draft(tokens=[])
+        if self.is_tree:
+            return _trees([self], h, [context], [depth])[0]
         logits = self._logits(h)[0]
         try:
-            if self.is_tree:
-                return self._tree(h, logits, context, depth)
             return self._chain(h, logits, context, depth)
         finally:
             self.cache.truncate(context)
@@ -187,22 +187,20 @@ class Eagle3Proposer(Proposer):
     @classmethod
     def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
                       max_tokens: Sequence[int]) -> list[Draft]:
-        """Chains of the sequences that share a drafter: one drafter step for all of them per drafted
-        position (and one for the positions they ingest), each step's LM-head rows in one call. Every draft
-        is the one `propose` gives: the drafter's linears are row-invariant in bfloat16 on CPU, its attention
-        runs per sequence. Trees are grown one sequence at a time."""
+        """Drafts of the sequences that share a drafter: one drafter step for all of them per drafted
+        position (chains) or tree level (trees), and one for the positions they ingest, each step's
+        LM-head rows in one call. Every draft is the one `propose` gives: the drafter's linears are
+        row-invariant in bfloat16 on CPU, its attention runs per sequence."""
         out: list[Draft | None] = [None] * len(proposers)
-        chains: dict[int, list[int]] = {}
+        groups: dict[tuple[int, bool], list[int]] = {}
         for i, p in enumerate(proposers):
             if not isinstance(p, Eagle3Proposer):
                 raise TypeError("propose_batch takes eagle3 proposers only")
-            if p.is_tree:
-                out[i] = p.propose(tokens[i], max_tokens[i])
-            else:
-                chains.setdefault(id(p.drafter), []).append(i)
-        for members in chains.values():
-            drafts = _chains([proposers[i] for i in members], [tokens[i] for i in members],  # type: ignore[misc]
-                             [max_tokens[i] for i in members])
+            groups.setdefault((id(p.drafter), p.is_tree), []).append(i)
+        for (_, tree), members in groups.items():
+            draft = _tree_batch if tree else _chains
+            drafts = draft([proposers[i] for i in members], [tokens[i] for i in members],  # type: ignore[misc]
+                           [max_tokens[i] for i in members])
             for i, d in zip(members, drafts):
                 out[i] = d
         return [d for d in out if d is not None]
@@ -224,38 +222,6 @@ class Eagle3Proposer(Proposer):
             logits = self._logits(h)[0]
         return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
 
-    def _tree(self, h_root: torch.Tensor, logits: torch.Tensor, context: int, depth: int) -> Draft:
-        assert self.cache is not None
-        dev = self.target.device
-        slot: dict[int, int] = {}  # node index -> its cache entry
-        hidden: dict[int, torch.Tensor] = {}  # node index -> drafter output after feeding it
-
-        def expand(frontier: list[int], nodes: list[TreeNode]) -> torch.Tensor:
-            assert self.cache is not None
-            start, n = self.cache.length, len(frontier)
-            visible = torch.zeros(n, start + n, dtype=torch.bool, device=dev)
-            visible[:, :context] = True
-            for row, i in enumerate(frontier):
-                visible[row, start + row] = True
-                p = nodes[i].parent
-                while p != -1:
-                    visible[row, slot[p]] = True
-                    p = nodes[p].parent
-            h_in = torch.cat([hidden[nodes[i].parent] if nodes[i].parent != -1 else h_root for i in frontier])
-            toks = self._to_target(torch.tensor([nodes[i].token for i in frontier], device=dev))
-            positions = torch.tensor([context + nodes[i].depth - 1 for i in frontier], device=dev)
-            out = self.drafter.step(h_in, toks, positions, self.cache, visible)
-            for row, i in enumerate(frontier):
-                slot[i] = start + row
-                hidden[i] = out[row : row + 1]
-            return torch.log_softmax(self._logits(out), dim=-1).cpu()
-
-        root = torch.log_softmax(logits, dim=-1).cpu()
-        nodes = grow_tree(root, expand, self.options.tree_top_k, depth, self.options.tree_num_draft_tokens,
-                          min_score(self.options.confidence_threshold))
-        ids = self._to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
-        return Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes])
-
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
         if verified is None:
@@ -270,15 +236,7 @@ class Eagle3Proposer(Proposer):
 def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> list[Draft]:
     """`Eagle3Proposer._chain` (after `_ingest`) for proposers sharing one drafter, every step batched."""
     drafter, dev = ps[0].drafter, ps[0].target.device
-    inputs = [p._ingest_inputs(t) for p, t in zip(ps, tokens)]
-    out = drafter.step_batch(drafter.fuse(torch.cat([x[0] for x in inputs])), torch.cat([x[1] for x in inputs]),
-                             torch.cat([x[2] for x in inputs]), [p.cache for p in ps], [x[3] for x in inputs])  # type: ignore[misc]
-    ends = torch.tensor([x[0].shape[0] for x in inputs]).cumsum(0) - 1
-    h_all = out[ends.to(out.device)]  # each sequence's last ingested output
-    contexts = [p.cache.length for p in ps]  # type: ignore[union-attr]
-    depths = [min(p.options.num_speculative_tokens, m) for p, m in zip(ps, max_tokens)]
-    for p, t in zip(ps, tokens):
-        p.vocab.follow(t)
+    h_all, contexts, depths = _ingest_batch(ps, tokens, max_tokens)
     drafted: list[list[int]] = [[] for _ in ps]
     probs: list[list[torch.Tensor]] = [[] for _ in ps]
     active = [j for j, k in enumerate(depths) if k > 0]
@@ -311,3 +269,111 @@ def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_t
         for p, c in zip(ps, contexts):
             p.cache.truncate(c)  # type: ignore[union-attr]
     return [Draft(tokens=d, probs=torch.stack(q) if q else None) for d, q in zip(drafted, probs)]
+
+
+def _ingest_batch(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]],
+                  max_tokens: Sequence[int]) -> tuple[torch.Tensor, list[int], list[int]]:
+    """`Eagle3Proposer._ingest` for proposers sharing one drafter, in one drafter step; then each follows its
+    tokens. Returns each sequence's last ingested output [n, H], its drafter context and its draft depth."""
+    drafter = ps[0].drafter
+    inputs = [p._ingest_inputs(t) for p, t in zip(ps, tokens)]
+    out = drafter.step_batch(drafter.fuse(torch.cat([x[0] for x in inputs])), torch.cat([x[1] for x in inputs]),
+                             torch.cat([x[2] for x in inputs]), [p.cache for p in ps], [x[3] for x in inputs])  # type: ignore[misc]
+    ends = torch.tensor([x[0].shape[0] for x in inputs]).cumsum(0) - 1
+    for p, t in zip(ps, tokens):
+        p.vocab.follow(t)
+    contexts = [p.cache.length for p in ps]  # type: ignore[union-attr]
+    depths = [min(p.options.num_speculative_tokens, m) for p, m in zip(ps, max_tokens)]
+    return out[ends.to(out.device)], contexts, depths
+
+
+def _vocab_logits(ps: Sequence[Eagle3Proposer], h: torch.Tensor, counts: Sequence[int]) -> list[torch.Tensor]:
+    """Each sequence's draft logits [counts[j], V_j] over its rows of drafter outputs h (the sequences' rows
+    one after another): one norm and one static-vocabulary head call for all rows, each row with the bits
+    of `Eagle3Proposer._logits` on its own."""
+    vocab = ps[0].vocab
+    normed = ps[0].drafter.norm(h)
+    static = linear_float(normed.to(vocab.static_rows.dtype), vocab.static_rows)
+    out, start = [], 0
+    for p, n in zip(ps, counts):
+        out.append(p.vocab.logits(normed[start : start + n], static_logits=static[start : start + n]))
+        start += n
+    return out
+
+
+@torch.inference_mode()
+def _tree_batch(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> list[Draft]:
+    """`Eagle3Proposer.propose` for tree proposers sharing one drafter: one ingest step, then `_trees`."""
+    h_all, contexts, depths = _ingest_batch(ps, tokens, max_tokens)
+    growing = [j for j, d in enumerate(depths) if d > 0]
+    drafts = [Draft(tokens=[]) for _ in ps]
+    if growing:
+        grown = _trees([ps[j] for j in growing], h_all[growing], [contexts[j] for j in growing],
+                       [depths[j] for j in growing])
+        for j, d in zip(growing, grown):
+            drafts[j] = d
+    return drafts
+
+
+@torch.inference_mode()
+def _trees(ps: Sequence[Eagle3Proposer], h_roots: torch.Tensor, contexts: Sequence[int],
+           depths: Sequence[int]) -> list[Draft]:
+    """EAGLE-2 dynamic trees (dynamic_tree.tree_growth) of sequences sharing one drafter, grown level by level
+    together: one drafter step for every sequence's frontier per level, every frontier's draft-vocabulary
+    rows in one head call. h_roots [n, H]: each sequence's last ingested output. Each tree is the one the
+    sequence grows alone (row-invariant linears, attention per sequence over its own cache)."""
+    drafter, dev = ps[0].drafter, ps[0].target.device
+    slots: list[dict[int, int]] = [{} for _ in ps]  # node index -> its drafter cache entry
+    hidden: list[dict[int, torch.Tensor]] = [{} for _ in ps]  # node index -> drafter output after feeding it
+    growths, requests, selected = [], {}, [[] for _ in ps]
+
+    def advance(j: int, logprobs: torch.Tensor | None) -> None:
+        try:
+            requests[j] = next(growths[j]) if logprobs is None else growths[j].send(logprobs)
+        except StopIteration as done:
+            requests.pop(j, None)
+            selected[j] = done.value
+
+    for j, (p, root) in enumerate(zip(ps, _vocab_logits(ps, h_roots, [1] * len(ps)))):
+        o = p.options
+        growths.append(tree_growth(torch.log_softmax(root[0], dim=-1).cpu(), o.tree_top_k, depths[j],
+                                   o.tree_num_draft_tokens, min_score(o.confidence_threshold)))
+        advance(j, None)
+    try:
+        while requests:
+            members = sorted(requests)
+            h_in, toks, positions, visibles, starts = [], [], [], [], []
+            for j in members:
+                frontier, nodes = requests[j]
+                start, n, context = ps[j].cache.length, len(frontier), contexts[j]  # type: ignore[union-attr]
+                visible = torch.zeros(n, start + n, dtype=torch.bool, device=dev)
+                visible[:, :context] = True
+                for row, i in enumerate(frontier):
+                    visible[row, start + row] = True
+                    a = nodes[i].parent
+                    while a != -1:
+                        visible[row, slots[j][a]] = True
+                        a = nodes[a].parent
+                h_in += [hidden[j][nodes[i].parent] if nodes[i].parent != -1 else h_roots[j : j + 1] for i in frontier]
+                toks.append(ps[j]._to_target(torch.tensor([nodes[i].token for i in frontier], device=dev)))
+                positions += [context + nodes[i].depth - 1 for i in frontier]
+                visibles.append(visible)
+                starts.append(start)
+            out = drafter.step_batch(torch.cat(h_in), torch.cat(toks), torch.tensor(positions, device=dev),
+                                     [ps[j].cache for j in members], visibles)  # type: ignore[misc]
+            counts = [v.shape[0] for v in visibles]
+            row0 = 0
+            for j, start, n, logits in zip(members, starts, counts, _vocab_logits([ps[j] for j in members], out, counts)):
+                for row, i in enumerate(requests[j][0]):
+                    slots[j][i] = start + row
+                    hidden[j][i] = out[row0 + row : row0 + row + 1]
+                row0 += n
+                advance(j, torch.log_softmax(logits, dim=-1).cpu())
+    finally:
+        for p, c in zip(ps, contexts):
+            p.cache.truncate(c)  # type: ignore[union-attr]
+    drafts = []
+    for p, nodes in zip(ps, selected):
+        ids = p._to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
+        drafts.append(Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes]))
+    return drafts

@@ -26,11 +26,10 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.dynamic_tree import min_score
 from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
-from specdec.drafting.mtp_tree import MTPTreeGrower
+from specdec.drafting.mtp_tree import draft_trees
 from specdec.drafting.registry import register
 from specdec.models.attention_mask import build_mask
 from specdec.models.kv_cache import KVCache
@@ -170,9 +169,7 @@ class MTPState:
     def draft_tree(self, tokens: Sequence[int], depth: int, top_k: int, total: int, threshold: float) -> Draft:
         """A dynamic tree (mtp_tree.py) of point-mass nodes: top-k children, the `total` likeliest kept;
         growth stops once no frontier path is likelier than `threshold`."""
-        nodes = MTPTreeGrower(self, tokens).grow(depth, top_k, total, min_score(threshold))
-        ids = self.to_target(torch.tensor([n.token for n in nodes], dtype=torch.long, device=self.features.device))
-        return Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes])
+        return draft_trees([self], [tokens], [depth], top_k, total, threshold)[0]
 
 
 @dataclass
@@ -246,19 +243,34 @@ class MTPProposer(Proposer):
     @classmethod
     def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
                       max_tokens: Sequence[int]) -> list[Draft]:
-        """Chains of the sequences that share a drafter: each depth's block runs once for all of them
-        (mtp_batch.py), every draft the one `propose` gives; trees are grown one sequence at a time."""
+        """Drafts of the sequences that share a drafter: each depth's block runs once for all of them per
+        drafted position (chains, mtp_batch.py) or tree level (trees, mtp_tree.py), every draft the one
+        `propose` gives."""
         from specdec.drafting.mtp_batch import draft_chains
 
         out: list[Draft | None] = [None] * len(proposers)
         chains: dict[int, list[int]] = {}
+        trees: dict[tuple[int, int, int, float], list[int]] = {}
         for i, p in enumerate(proposers):
             if not isinstance(p, MTPProposer):
                 raise TypeError("propose_batch takes mtp proposers only")
-            if p.options.tree_top_k > 1:
+            o = p.options
+            if o.tree_top_k > 1 and min(o.num_speculative_tokens, max_tokens[i]) > 0:
+                key = (id(p.drafter), o.tree_top_k, o.tree_num_draft_tokens, o.confidence_threshold)
+                trees.setdefault(key, []).append(i)
+            elif o.tree_top_k > 1:
                 out[i] = p.propose(tokens[i], max_tokens[i])
             else:
                 chains.setdefault(id(p.drafter), []).append(i)
+        for (_, top_k, total, threshold), members in trees.items():
+            ps = [proposers[i] for i in members]
+            for p, i in zip(ps, members):
+                p.vocab.follow(tokens[i])  # type: ignore[attr-defined]
+            drafts = draft_trees([p.state for p in ps], [tokens[i] for i in members],  # type: ignore[attr-defined]
+                                 [min(p.options.num_speculative_tokens, max_tokens[i]) for p, i in zip(ps, members)],  # type: ignore[attr-defined]
+                                 top_k, total, threshold)
+            for i, d in zip(members, drafts):
+                out[i] = d
         for members in chains.values():
             ps = [proposers[i] for i in members]
             for p, i in zip(ps, members):

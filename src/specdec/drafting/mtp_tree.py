@@ -15,18 +15,35 @@ entries, which read committed tokens only, stay in the caches.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.drafting.dynamic_tree import TreeNode, grow_tree
+from specdec.drafting.base import Draft
+from specdec.drafting.dynamic_tree import TreeNode, min_score, tree_growth
+from specdec.models.decoder import SequenceRows
 
 if TYPE_CHECKING:
     from specdec.drafting.mtp import MTPState
 
 
+@dataclass
+class _DepthRows:
+    """One grower's rows in a run of depth k's block: the catch-up entries [start, final), then owned ones."""
+
+    x: torch.Tensor  # [m, H] block inputs
+    mask: torch.Tensor
+    cos: torch.Tensor
+    sin: torch.Tensor
+    positions: torch.Tensor
+    start: int
+    final: int
+    owners: list[int]
+
+
 class MTPTreeGrower:
-    """One step's tree over an MTPState: `grow` returns the selected nodes (draft-vocabulary tokens)."""
+    """One step's tree over an MTPState (draft_trees grows many at once)."""
 
     def __init__(self, state: MTPState, tokens: Sequence[int]) -> None:
         if state.length != len(tokens) - 1:
@@ -39,9 +56,9 @@ class MTPTreeGrower:
         """The position of the depth-k entry `node` owns (negative: none, the path starts too early)."""
         return self.n + 1 + node.depth - k
 
-    def _run_depth(self, k: int, owners: list[int], nodes: list[TreeNode]) -> torch.Tensor:
-        """Depth k over its catch-up entries and the entries `owners` own (topological order, each one's
-        ancestors included); commits the catch-up entries and returns every row's output [rows, H]."""
+    def _rows(self, k: int, owners: list[int], nodes: list[TreeNode]) -> _DepthRows:
+        """Depth k's rows: its catch-up entries and the entries `owners` own (topological order, each one's
+        ancestors included), their cache entries claimed."""
         s = self.state
         d, cache, dev = s.drafter, s.caches[k - 1], s.features.device
         start, final = cache.length, max(s.length + 1 - k, 0)
@@ -67,30 +84,98 @@ class MTPTreeGrower:
                 if a in row:
                     ancestry[c + j, row[a]] = True
                 a = nodes[a].parent
-        module = d.module_for(k)
-        x = module.project(d.embed(ids), torch.cat(hidden))
-        out = s.run(k, x, start, ancestry, torch.tensor(positions, dtype=torch.long, device=dev))
-        s.keep(k, out, start, final)
-        for j, u in enumerate(owners):
+        x = d.module_for(k).project(d.embed(ids), torch.cat(hidden))
+        mask, cos, sin, pos = s.reserve(k, m, start, ancestry, torch.tensor(positions, dtype=torch.long, device=dev))
+        return _DepthRows(x, mask, cos, sin, pos, start, final, owners)
+
+    def _keep(self, k: int, rows: _DepthRows, out: torch.Tensor) -> None:
+        """Commits the catch-up entries of depth k's run (outputs `out` [m, H]) and records the owned ones."""
+        self.state.keep(k, out, rows.start, rows.final)
+        c = rows.final - rows.start
+        for j, u in enumerate(rows.owners):
             self.owned[(k, u)] = out[c + j]
-        return out
 
     def _logprobs(self, k: int, h: torch.Tensor) -> torch.Tensor:
         return torch.log_softmax(self.state.logits(k, h).float(), dim=-1).cpu()
 
     def grow(self, depth: int, top_k: int, total: int, min_score: float) -> list[TreeNode]:
-        depth = min(depth, len(self.state.caches))
-        root = self._logprobs(1, self._run_depth(1, [], [])[-1:])[0]  # depth 1's entry at position n
+        """This tree alone: the selected nodes (draft-vocabulary tokens)."""
+        return grow_trees([self], [depth], top_k, total, min_score)[0]
 
-        def expand(frontier: list[int], nodes: list[TreeNode]) -> torch.Tensor:
-            k = nodes[frontier[0]].depth + 1
-            on_paths: set[int] = set()
-            for f in frontier:
-                a = f
-                while a != -1 and a not in on_paths:
-                    on_paths.add(a)
-                    a = nodes[a].parent
-            self._run_depth(k, sorted(on_paths), nodes)  # creation order is topological
-            return self._logprobs(k, torch.stack([self.owned[(k, f)] for f in frontier]))
 
-        return grow_tree(root, expand, top_k, depth, total, min_score)
+def _run_depth(growers: Sequence[MTPTreeGrower], k: int, owners: Sequence[list[int]],
+               nodes: Sequence[list[TreeNode]]) -> list[torch.Tensor]:
+    """Depth k's block once over every grower's rows (row-invariant linears, attention per sequence over its
+    own cache); returns each grower's outputs [rows, H]."""
+    runs = [g._rows(k, o, n) for g, o, n in zip(growers, owners, nodes)]
+    block = growers[0].state.drafter.module_for(k).block
+    sequences, row = [], 0
+    for g, r in zip(growers, runs):
+        m = r.x.shape[0]
+        sequences.append(SequenceRows(row, row + m, g.state.caches[k - 1], {block.window: r.mask}))
+        row += m
+    out = block.forward_batch(torch.cat([r.x for r in runs]), torch.cat([r.cos for r in runs]),
+                              torch.cat([r.sin for r in runs]), sequences, torch.cat([r.positions for r in runs]))
+    outs = []
+    for g, r, seq in zip(growers, runs, sequences):
+        h = out[seq.start : seq.end]
+        g._keep(k, r, h)
+        outs.append(h)
+    return outs
+
+
+def _paths_to(frontier: list[int], nodes: list[TreeNode]) -> list[int]:
+    """Every node on a path to the frontier, in creation (topological) order."""
+    on_paths: set[int] = set()
+    for f in frontier:
+        a = f
+        while a != -1 and a not in on_paths:
+            on_paths.add(a)
+            a = nodes[a].parent
+    return sorted(on_paths)
+
+
+@torch.inference_mode()
+def draft_trees(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], depths: Sequence[int], top_k: int,
+                total: int, threshold: float) -> list[Draft]:
+    """Dynamic trees of point-mass nodes (top-k children, the `total` likeliest kept; growth stops once no
+    frontier path is likelier than `threshold`) for states sharing one drafter (see grow_trees)."""
+    selected = grow_trees([MTPTreeGrower(s, t) for s, t in zip(states, tokens)], depths, top_k, total,
+                          min_score(threshold))
+    drafts = []
+    for s, nodes in zip(states, selected):
+        ids = s.to_target(torch.tensor([n.token for n in nodes], dtype=torch.long, device=s.features.device))
+        drafts.append(Draft(tokens=[int(t) for t in ids.tolist()], parents=[n.parent for n in nodes]))
+    return drafts
+
+
+def grow_trees(growers: Sequence[MTPTreeGrower], depths: Sequence[int], top_k: int, total: int,
+               min_score: float) -> list[list[TreeNode]]:
+    """Every grower's selected nodes, the trees grown level by level together: each level runs its depth's
+    block once for every tree still growing. Each tree is the one its grower grows alone."""
+    roots = _run_depth(growers, 1, [[] for _ in growers], [[] for _ in growers])  # depth 1's entry at position n
+    growths, requests, selected = [], {}, [[] for _ in growers]
+
+    def advance(j: int, logprobs: torch.Tensor | None) -> None:
+        try:
+            requests[j] = next(growths[j]) if logprobs is None else growths[j].send(logprobs)
+        except StopIteration as done:
+            requests.pop(j, None)
+            selected[j] = done.value
+
+    for j, (g, h) in enumerate(zip(growers, roots)):
+        depth = min(depths[j], len(g.state.caches))
+        growths.append(tree_growth(g._logprobs(1, h[-1:])[0], top_k, depth, total, min_score))
+        advance(j, None)
+    while requests:
+        levels: dict[int, list[int]] = {}  # trees grow in step, so one level; grouped all the same
+        for j, (frontier, nodes) in requests.items():
+            levels.setdefault(nodes[frontier[0]].depth + 1, []).append(j)
+        for k, members in sorted(levels.items()):
+            frontiers = {j: requests[j] for j in members}
+            _run_depth([growers[j] for j in members], k, [_paths_to(*frontiers[j]) for j in members],
+                       [frontiers[j][1] for j in members])
+            for j in members:
+                g, frontier = growers[j], frontiers[j][0]
+                advance(j, g._logprobs(k, torch.stack([g.owned[(k, f)] for f in frontier])))
+    return selected

@@ -12,6 +12,7 @@
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -130,22 +131,27 @@ class AutoDraftLength(DraftLengthPolicy):
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
             return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
 
-        best_ratio = tokens / cost()
-        best = list(lengths)
-        while True:
-            pick, gain = -1, 0.0
-            for i in range(b):
-                if lengths[i] < caps[i] and rates[i][lengths[i]] > gain:
-                    pick, gain = i, rates[i][lengths[i]]
-            if pick < 0:
-                break
+        best_ratio, best_rows = tokens / cost(), 0
+        # the sequence whose next row is likeliest kept (the first on ties), from a heap: a linear scan per
+        # row cost milliseconds a step at 32 sequences of 8 rows, a few percent of the step
+        heap = [(-r[0], i) for i, r in enumerate(rates) if caps[i] > 0 and r[0] > 0]
+        heapq.heapify(heap)
+        picks: list[int] = []
+        while heap:
+            gain, pick = heapq.heappop(heap)
             lengths[pick] += 1
-            tokens += gain
+            picks.append(pick)
+            tokens -= gain
             rows += 1
             draft_ms += self.draft_ms_per_token
             ratio = tokens / (cost() + draft_ms)
             if ratio > best_ratio:
-                best_ratio, best = ratio, list(lengths)
+                best_ratio, best_rows = ratio, len(picks)
+            if lengths[pick] < caps[pick] and rates[pick][lengths[pick]] > 0:
+                heapq.heappush(heap, (-rates[pick][lengths[pick]], pick))
+        best = [0] * b
+        for pick in picks[:best_rows]:
+            best[pick] += 1
         return best
 
     def describe(self) -> dict[str, object]:
