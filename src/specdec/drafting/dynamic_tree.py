@@ -66,16 +66,36 @@ def tree_growth(root_logprobs: torch.Tensor, top_k: int, depth: int, total: int,
     return select_subtree(nodes, total)
 
 
+class TreesInStep:
+    """Several trees' tree_growth generators driven together: `requests` holds each tree still growing and
+    the frontier it wants fed next; `feed` gives a tree its frontier's log-probs; `selected[j]` is tree j's
+    result once it stops. A caller feeds every request of a round from one drafter forward."""
+
+    def __init__(self, growths: list[Generator[Frontier, torch.Tensor, list[TreeNode]]]) -> None:
+        self.growths = growths
+        self.requests: dict[int, Frontier] = {}
+        self.selected: list[list[TreeNode]] = [[] for _ in growths]
+        for j in range(len(growths)):
+            self._advance(j, None)
+
+    def _advance(self, j: int, logprobs: torch.Tensor | None) -> None:
+        try:
+            self.requests[j] = next(self.growths[j]) if logprobs is None else self.growths[j].send(logprobs)
+        except StopIteration as done:
+            self.requests.pop(j, None)
+            self.selected[j] = done.value
+
+    def feed(self, j: int, logprobs: torch.Tensor) -> None:
+        self._advance(j, logprobs)
+
+
 def grow_tree(root_logprobs: torch.Tensor, expand: Expand, top_k: int, depth: int, total: int,
               min_score: float = float("-inf")) -> list[TreeNode]:
     """Returns the selected nodes in topological order with parents re-indexed into the returned list."""
-    growth = tree_growth(root_logprobs, top_k, depth, total, min_score)
-    try:
-        request = next(growth)
-        while True:
-            request = growth.send(expand(*request))
-    except StopIteration as done:
-        return done.value
+    tree = TreesInStep([tree_growth(root_logprobs, top_k, depth, total, min_score)])
+    while tree.requests:
+        tree.feed(0, expand(*tree.requests[0]))
+    return tree.selected[0]
 
 
 def select_subtree(nodes: list[TreeNode], total: int) -> list[TreeNode]:

@@ -18,7 +18,7 @@ import torch
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
-from specdec.drafting.dynamic_tree import min_score, tree_growth
+from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache
@@ -325,20 +325,11 @@ def _trees(ps: Sequence[Eagle3Proposer], h_roots: torch.Tensor, contexts: Sequen
     drafter, dev = ps[0].drafter, ps[0].target.device
     slots: list[dict[int, int]] = [{} for _ in ps]  # node index -> its drafter cache entry
     hidden: list[dict[int, torch.Tensor]] = [{} for _ in ps]  # node index -> drafter output after feeding it
-    growths, requests, selected = [], {}, [[] for _ in ps]
-
-    def advance(j: int, logprobs: torch.Tensor | None) -> None:
-        try:
-            requests[j] = next(growths[j]) if logprobs is None else growths[j].send(logprobs)
-        except StopIteration as done:
-            requests.pop(j, None)
-            selected[j] = done.value
-
-    for j, (p, root) in enumerate(zip(ps, _vocab_logits(ps, h_roots, [1] * len(ps)))):
-        o = p.options
-        growths.append(tree_growth(torch.log_softmax(root[0], dim=-1).cpu(), o.tree_top_k, depths[j],
-                                   o.tree_num_draft_tokens, min_score(o.confidence_threshold)))
-        advance(j, None)
+    trees = TreesInStep([
+        tree_growth(torch.log_softmax(root[0], dim=-1).cpu(), p.options.tree_top_k, depth,
+                    p.options.tree_num_draft_tokens, min_score(p.options.confidence_threshold))
+        for p, root, depth in zip(ps, _vocab_logits(ps, h_roots, [1] * len(ps)), depths)])
+    requests = trees.requests
     try:
         while requests:
             members = sorted(requests)
@@ -368,12 +359,12 @@ def _trees(ps: Sequence[Eagle3Proposer], h_roots: torch.Tensor, contexts: Sequen
                     slots[j][i] = start + row
                     hidden[j][i] = out[row0 + row : row0 + row + 1]
                 row0 += n
-                advance(j, torch.log_softmax(logits, dim=-1).cpu())
+                trees.feed(j, torch.log_softmax(logits, dim=-1).cpu())
     finally:
         for p, c in zip(ps, contexts):
             p.cache.truncate(c)  # type: ignore[union-attr]
     drafts = []
-    for p, nodes in zip(ps, selected):
+    for p, nodes in zip(ps, trees.selected):
         ids = p._to_target(torch.tensor([n.token for n in nodes], device=dev)).tolist()
         drafts.append(Draft(tokens=[int(t) for t in ids], parents=[n.parent for n in nodes]))
     return drafts

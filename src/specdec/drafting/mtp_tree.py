@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specdec.drafting.base import Draft
-from specdec.drafting.dynamic_tree import TreeNode, min_score, tree_growth
+from specdec.drafting.dynamic_tree import TreeNode, TreesInStep, min_score, tree_growth
 from specdec.models.decoder import SequenceRows
 
 if TYPE_CHECKING:
@@ -154,19 +154,9 @@ def grow_trees(growers: Sequence[MTPTreeGrower], depths: Sequence[int], top_k: i
     """Every grower's selected nodes, the trees grown level by level together: each level runs its depth's
     block once for every tree still growing. Each tree is the one its grower grows alone."""
     roots = _run_depth(growers, 1, [[] for _ in growers], [[] for _ in growers])  # depth 1's entry at position n
-    growths, requests, selected = [], {}, [[] for _ in growers]
-
-    def advance(j: int, logprobs: torch.Tensor | None) -> None:
-        try:
-            requests[j] = next(growths[j]) if logprobs is None else growths[j].send(logprobs)
-        except StopIteration as done:
-            requests.pop(j, None)
-            selected[j] = done.value
-
-    for j, (g, h) in enumerate(zip(growers, roots)):
-        depth = min(depths[j], len(g.state.caches))
-        growths.append(tree_growth(g._logprobs(1, h[-1:])[0], top_k, depth, total, min_score))
-        advance(j, None)
+    trees = TreesInStep([tree_growth(g._logprobs(1, h[-1:])[0], top_k, min(depth, len(g.state.caches)), total,
+                                     min_score) for g, h, depth in zip(growers, roots, depths)])
+    requests = trees.requests
     while requests:
         levels: dict[int, list[int]] = {}  # trees grow in step, so one level; grouped all the same
         for j, (frontier, nodes) in requests.items():
@@ -177,5 +167,5 @@ def grow_trees(growers: Sequence[MTPTreeGrower], depths: Sequence[int], top_k: i
                        [frontiers[j][1] for j in members])
             for j in members:
                 g, frontier = growers[j], frontiers[j][0]
-                advance(j, g._logprobs(k, torch.stack([g.owned[(k, f)] for f in frontier])))
-    return selected
+                trees.feed(j, g._logprobs(k, torch.stack([g.owned[(k, f)] for f in frontier])))
+    return trees.selected

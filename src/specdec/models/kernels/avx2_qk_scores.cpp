@@ -65,23 +65,29 @@ inline void score_rows(const float* q, const uint16_t* keys, int64_t dim, int64_
     }
 }
 
+// Slots [s0, s1) of `rows` query rows (out's row stride ldo): 24 slots at a time against every block of 4 rows.
+inline void score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
+                       int64_t ldo, int64_t s0, int64_t s1) {
+  for (int64_t s = s0; s < s1; s += 24) {
+    const int64_t e = std::min(s1, s + 24);
+    int64_t r = 0;
+    for (; r + 4 <= rows; r += 4) score_rows<4>(q + r * dim, keys, dim, stride, out + r * ldo, ldo, s, e);
+    switch (rows - r) {
+      case 3: score_rows<3>(q + r * dim, keys, dim, stride, out + r * ldo, ldo, s, e); break;
+      case 2: score_rows<2>(q + r * dim, keys, dim, stride, out + r * ldo, ldo, s, e); break;
+      case 1: score_rows<1>(q + r * dim, keys, dim, stride, out + r * ldo, ldo, s, e); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
 
 // qk_scores_at's arithmetic on raw pointers, on the caller's thread: `rows` float32 query rows (stride dim)
 // against `count` slots of keys [dim, stride] (already offset to the first slot); out [rows, count].
 void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
                     int64_t count) {
-  for (int64_t s = 0; s < count; s += 24) {
-    const int64_t e = std::min(count, s + 24);
-    int64_t r = 0;
-    for (; r + 4 <= rows; r += 4) score_rows<4>(q + r * dim, keys, dim, stride, out + r * count, count, s, e);
-    switch (rows - r) {
-      case 3: score_rows<3>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
-      case 2: score_rows<2>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
-      case 1: score_rows<1>(q + r * dim, keys, dim, stride, out + r * count, count, s, e); break;
-      default: break;
-    }
-  }
+  score_span(q, rows, keys, dim, stride, out, count, 0, count);
 }
 
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count) {
@@ -106,17 +112,7 @@ at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t 
     const float* qh = qp + h * rows * dim;
     const uint16_t* kh = kp + h * dim * stride;
     float* oh = outp + h * rows * slots;
-    for (int64_t s = s0; s < s1; s += 24) {
-      const int64_t e = std::min(s1, s + 24);
-      int64_t r = 0;
-      for (; r + 4 <= rows; r += 4) score_rows<4>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e);
-      switch (rows - r) {
-        case 3: score_rows<3>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
-        case 2: score_rows<2>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
-        case 1: score_rows<1>(qh + r * dim, kh, dim, stride, oh + r * slots, slots, s, e); break;
-        default: break;
-      }
-    }
+    score_span(qh, rows, kh, dim, stride, oh, slots, s0, s1);
   }
   return out;
 }
