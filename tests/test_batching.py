@@ -287,27 +287,35 @@ def begun_proposers(llm: LLM, params: SamplingParams) -> list:
     return ps
 
 
-@pytest.mark.parametrize("temperature,threshold", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.2)])
-def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_path, temperature, threshold):
-    """Eagle3Proposer.propose_batch gives each sequence the chain its own propose() gives (same tokens, same
-    distributions, same generator draws), with one batched drafter step per drafted position."""
-    from eagle3_helpers import make_random_eagle3
+def eagle3_alone_and_batched(llm: LLM, params: SamplingParams, limits: list[int]):
+    """Each DRAFT_TOKENS prompt's EAGLE-3 draft by its own propose(), and by one propose_batch over fresh
+    proposers; returns (alone, batched proposers, batched drafts, rows of each drafter step_batch call)."""
     from specdec.drafting.eagle3 import Eagle3Proposer
 
-    target = zoo.load("gemma3_text")
-    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
-    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": 5,
-                                                  "confidence_threshold": threshold})
-    params = SamplingParams(temperature=temperature, max_tokens=8)
-    contexts, tokens, limits = DRAFT_CONTEXTS, DRAFT_TOKENS, [5, 2, 5, 0]
-    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), tokens, limits)]
+    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), DRAFT_TOKENS, limits)]
     batched = begun_proposers(llm, params)
     rows: list[int] = []
     real = type(batched[0].drafter).step_batch
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(type(batched[0].drafter), "step_batch",
                    lambda self, h, *a: rows.append(h.shape[0]) or real(self, h, *a))
-        together = Eagle3Proposer.propose_batch(batched, tokens, limits)
+        together = Eagle3Proposer.propose_batch(batched, DRAFT_TOKENS, limits)
+    return alone, batched, together, rows
+
+
+@pytest.mark.parametrize("temperature,threshold", [(0.0, 0.0), (0.9, 0.0), (0.0, 0.2)])
+def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_path, temperature, threshold):
+    """Eagle3Proposer.propose_batch gives each sequence the chain its own propose() gives (same tokens, same
+    distributions, same generator draws), with one batched drafter step per drafted position."""
+    from eagle3_helpers import make_random_eagle3
+
+    target = zoo.load("gemma3_text")
+    path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "model": path, "num_speculative_tokens": 5,
+                                                  "confidence_threshold": threshold})
+    params = SamplingParams(temperature=temperature, max_tokens=8)
+    contexts, limits = DRAFT_CONTEXTS, [5, 2, 5, 0]
+    alone, batched, together, rows = eagle3_alone_and_batched(llm, params, limits)
     # every prompt's last position ingested in one step (begin ingested the others), then one step per
     # drafted position for every chain still going (limits 5, 2, 5, 0: the 2-token chain needs one step)
     assert rows[0] == len(contexts) and len(rows) <= 5
@@ -324,7 +332,6 @@ def test_eagle3_grows_every_tree_with_one_drafter_step_per_level(zoo, tmp_path, 
     """Eagle3Proposer.propose_batch grows each sequence's dynamic tree exactly as its own propose() does (same
     tokens, same parents), with one batched drafter step per tree level for every tree still growing."""
     from eagle3_helpers import make_random_eagle3
-    from specdec.drafting.eagle3 import Eagle3Proposer
 
     target = zoo.load("gemma3_text")
     path = make_random_eagle3(target, tmp_path / "d", draft_vocab_size=200)
@@ -333,14 +340,7 @@ def test_eagle3_grows_every_tree_with_one_drafter_step_per_level(zoo, tmp_path, 
                                                   "confidence_threshold": threshold})
     params = SamplingParams(temperature=0.0, max_tokens=8)
     limits = [4, 2, 4, 0]
-    alone = [p.propose(t, m) for p, t, m in zip(begun_proposers(llm, params), DRAFT_TOKENS, limits)]
-    batched = begun_proposers(llm, params)
-    rows: list[int] = []
-    real = type(batched[0].drafter).step_batch
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(type(batched[0].drafter), "step_batch",
-                   lambda self, h, *a: rows.append(h.shape[0]) or real(self, h, *a))
-        together = Eagle3Proposer.propose_batch(batched, DRAFT_TOKENS, limits)
+    alone, batched, together, rows = eagle3_alone_and_batched(llm, params, limits)
     # one step ingests every prompt's last position; then per level 2..depth one step for the 3 frontier
     # nodes of every tree still growing (depth 4, 2, 4, 0: levels 2-4 for two trees, level 2 for one)
     assert rows[0] == len(DRAFT_CONTEXTS)

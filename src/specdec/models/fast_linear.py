@@ -110,8 +110,9 @@ def load_extension(name: str, sources: list[str], cflags: list[str], what: str) 
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
         folder = Path(__file__).with_name("kernels")
-        # the sources' hash in the name: two checkouts (or versions) never load each other's build
-        digest = hashlib.sha256(b"".join((folder / s).read_bytes() for s in sources) + " ".join(cflags).encode())
+        # the sources' and headers' hash in the name: two checkouts (or versions) never load each other's build
+        files = [folder / s for s in sources] + sorted(folder.glob("*.h"))
+        digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join(cflags).encode())
         logger.info("building %s (once, ~30 s)", what)
         return load(
             name=f"{name}_{digest.hexdigest()[:10]}",

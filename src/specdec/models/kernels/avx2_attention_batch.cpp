@@ -18,12 +18,13 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <exception>
 #include <utility>
 #include <vector>
+
+#include "avx2_bf16.h"
 
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count);
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first);
@@ -33,6 +34,9 @@ void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t*
                       int64_t slots, int64_t dim, uint16_t* out);
 
 namespace {
+
+using specdec_bf16::bf16_to_float;
+using specdec_bf16::float_to_bf16;
 
 // A sequence with more rows than this runs alone, with the kernels' own threads (a prefill chunk).
 constexpr int64_t kSmallRows = 16;
@@ -75,21 +79,6 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
   const auto probs = scores.add_(m).softmax(-1).to(at::kBFloat16);
   const auto pv = probs_values_at(probs, values, tree ? span_order : order, n, first);
   out_rows.index_copy_(0, rows, pv.view({kv_heads, groups, n, dim}).permute({2, 0, 1, 3}).reshape({n, heads * dim}));
-}
-
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-// c10::BFloat16's conversion: round to nearest even, NaN to the quiet NaN
-inline uint16_t float_to_bf16(float f) {
-  if (std::isnan(f)) return 0x7FC0;
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
 // span_rows for rows that read the cache in slot order (no tree order), with the same arithmetic on raw

@@ -17,25 +17,13 @@
 #include <cstdint>
 #include <cstring>
 
+#include "avx2_bf16.h"
+
 namespace {
 
-inline __m256 load_bf16x8(const uint16_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
-
-inline uint16_t float_to_bf16(float f) {  // round to nearest even (values are finite)
-  uint32_t bits;
-  std::memcpy(&bits, &f, sizeof(bits));
-  return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
-}
+using specdec_bf16::bf16_to_float;
+using specdec_bf16::float_to_bf16;
+using specdec_bf16::load_bf16x8;
 
 inline void store_bf16x8(uint16_t* p, __m256 v) {
   const __m256i bits = _mm256_castps_si256(v);

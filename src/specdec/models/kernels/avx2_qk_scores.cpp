@@ -18,19 +18,12 @@
 #include <cstdint>
 #include <cstring>
 
+#include "avx2_bf16.h"
+
 namespace {
 
-inline __m256 load_bf16x8(const uint16_t* p) {
-  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
-}
-
-inline float bf16_to_float(uint16_t b) {
-  const uint32_t bits = static_cast<uint32_t>(b) << 16;
-  float f;
-  std::memcpy(&f, &bits, sizeof(f));
-  return f;
-}
+using specdec_bf16::bf16_to_float;
+using specdec_bf16::load_bf16x8;
 
 // R query rows (float32, stride dim) against V * 8 slots starting at keys (row stride slots).
 template <int R, int V>
