@@ -1,4 +1,4 @@
-"""`specdec generate | bench | bench serve | bench soak | serve | demo | quality | train ...`: the command line. Subcommands
+"""`specdec generate | bench | bench serve | bench soak | serve | demo | quality | check | train ...`: the command line. Subcommands
 import their heavy modules lazily."""
 
 from __future__ import annotations
@@ -91,6 +91,7 @@ def build_parser() -> argparse.ArgumentParser:
     from specdec.bench.command import add_bench_parser
     from specdec.bench.serve_load import add_bench_serve_parser
     from specdec.bench.soak import add_bench_soak_parser
+    from specdec.check.command import add_check_parser
     from specdec.demo import add_demo_parser
     from specdec.quality.command import add_quality_parser
     from specdec.serving.server import add_serve_parser
@@ -102,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_serve_parser(sub)
     add_demo_parser(sub)
     add_quality_parser(sub)
+    add_check_parser(sub)
     add_training_parsers(sub)
     return parser
 

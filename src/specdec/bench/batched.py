@@ -78,7 +78,7 @@ def _row(mode: str, run: dict[str, Any], reference: list[list[int]], plain_tps: 
     }
 
 
-def _label(config: SpeculativeConfig) -> str:
+def config_label(config: SpeculativeConfig) -> str:
     d = config.to_dict()
     k = d.get("num_speculative_tokens")
     extra = ", by batch size" if config.by_batch_size else ""
@@ -128,10 +128,10 @@ def run_batch_bench(
         rows.append({"batch_size": b, **plain_row})
         for config, llm in zip(configs, specs):
             run = run_offline(llm, prompt_ids, params, b, bar)
-            rows.append({"batch_size": b, **_row(_label(config), run, reference["tokens"],
+            rows.append({"batch_size": b, **_row(config_label(config), run, reference["tokens"],
                                                  plain_row["output_tokens_per_second"])})
     bar.close()
-    policies = {_label(c): llm.draft_length_policy.describe() for c, llm in zip(configs, specs)}
+    policies = {config_label(c): llm.draft_length_policy.describe() for c, llm in zip(configs, specs)}
     return {
         "model": loaded.name,
         "prompts": str(prompts),
