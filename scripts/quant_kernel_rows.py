@@ -2,6 +2,8 @@
 layers' four linears together (qkv 1536 x 640, o 640 x 1024, gate_up 4096 x 640, down 640 x 2048), for bf16
 (our row kernel), int8 (s8: also the GGUF's Q8_0 / Q5_0 path) and int4 (u4: also Q4_K), at 1-64 rows.
 Random weights (the speed does not depend on the values). Writes a JSON report and prints a table.
+--quant-isa avx2 times the AVX2 build on a CPU that has the VNNI one (before/after in one session);
+--kinds and --rows shorten a run; --repeat keeps each cell's best of several timings.
 
     .venv/bin/python scripts/quant_kernel_rows.py --threads 2 --output benchmarks/results/quantized/kernel_rows.json
 """
@@ -10,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from pathlib import Path
 
 import torch
 
 from specdec.models.fast_linear import linear_float
+from specdec.quantization.kernel import quant_kernel_isa
 from specdec.quantization.quantized_weight import QuantizedWeight
 from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
 
@@ -23,32 +27,47 @@ ROWS = (1, 2, 4, 8, 16, 32, 64)
 LAYER_SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))
 
 
-def timed(fn, reps: int) -> float:
+def timed(fn, reps: int, repeat: int = 1) -> float:
+    """ms per call: the mean of `reps` calls, the best of `repeat` such runs (the machine is shared)."""
     fn()
-    start = time.perf_counter()
-    for _ in range(reps):
-        fn()
-    return (time.perf_counter() - start) / reps * 1e3
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        best = min(best, (time.perf_counter() - start) / reps * 1e3)
+    return best
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None)
+    parser.add_argument("--kinds", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4")
+    parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
+    parser.add_argument("--repeat", type=int, default=1, help="time each cell this many times, keep the best")
+    parser.add_argument("--quant-isa", choices=("auto", "avx2"), default="auto",
+                        help="avx2: time the AVX2 build where the AVX512-VNNI one would run (SPECDEC_NO_VNNI=1)")
     args = parser.parse_args()
+    if args.quant_isa == "avx2":
+        os.environ["SPECDEC_NO_VNNI"] = "1"
+    wanted = args.kinds.split(",")
+    rows = [int(r) for r in args.rows.split(",")]
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     dense = {"head": [torch.randn(262144, 640) * 0.05],
              "layers": [torch.randn(n, k) * 0.05 for _ in range(18) for n, k in LAYER_SHAPES]}
-    kinds = {
-        "bf16": {g: [w.bfloat16() for w in ws] for g, ws in dense.items()},
-        "int8": {g: [QuantizedWeight(quantize_int8(w), w.shape[1], "int8") for w in ws] for g, ws in dense.items()},
-        "int4": {g: [QuantizedWeight(quantize_int4(w, 0), w.shape[1], "int4") for w in ws] for g, ws in dense.items()},
+    makers = {
+        "bf16": lambda w: w.bfloat16(),
+        "int8": lambda w: QuantizedWeight(quantize_int8(w), w.shape[1], "int8"),
+        "int4": lambda w: QuantizedWeight(quantize_int4(w, 0), w.shape[1], "int4"),
     }
+    kinds = {kind: {g: [makers[kind](w) for w in ws] for g, ws in dense.items()} for kind in wanted}
     del dense
+    print("quantized kernel:", quant_kernel_isa(), flush=True)
     results = []
     for group in ("head", "layers"):
-        for m in ROWS:
+        for m in rows:
             row = {"matrices": group, "rows": m}
             for kind, weights in kinds.items():
                 ws = weights[group]
@@ -57,18 +76,21 @@ def main() -> None:
                     fn = lambda: [linear_float(xs[w.shape[1]], w) for w in ws]  # noqa: E731
                 else:
                     fn = lambda: [w.linear_float(xs[w.in_features]) for w in ws]  # noqa: E731
-                row[f"{kind}_ms"] = timed(fn, 5 if group == "head" else 3)
+                row[f"{kind}_ms"] = timed(fn, 5 if group == "head" else 3, args.repeat)
             results.append(row)
             print(group, m, " ".join(f"{k}: {row[f'{k}_ms']:7.2f} ms" for k in kinds), flush=True)
     for group in ("head", "layers"):
-        one = next(r for r in results if r["matrices"] == group and r["rows"] == 1)
+        one = next((r for r in results if r["matrices"] == group and r["rows"] == 1), None)
+        if one is None:
+            continue
         for r in results:
             if r["matrices"] == group:
                 for kind in kinds:
                     r[f"{kind}_vs_1_row"] = r[f"{kind}_ms"] / one[f"{kind}_ms"]
     if args.output:
         Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.output).write_text(json.dumps({"threads": args.threads, "rows": results}, indent=2) + "\n")
+        report = {"threads": args.threads, "quant_isa": quant_kernel_isa(), "repeat": args.repeat, "rows": results}
+        Path(args.output).write_text(json.dumps(report, indent=2) + "\n")
 
 
 if __name__ == "__main__":

@@ -1,17 +1,40 @@
-"""The quantized linear kernel: the same bits as its torch reference, row-invariant for M = 1..64, within the
-quantization's own error of float64, and column slices equal to the whole matrix's columns."""
+"""The quantized linear kernels (each build: AVX512-VNNI, AVX2): the same bits as their torch reference for
+every format and M = 1..64, row-invariant, within the quantization's own error of float64, and column slices
+equal to the whole matrix's columns."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from specdec.quantization.kernel import quant_kernel
-from specdec.quantization.quantized_weight import QuantizedWeight
+from specdec.models import fast_linear
+from specdec.quantization import kernel as quant_kernels
+from specdec.quantization import quantized_weight
+from specdec.quantization.kernel import QUANT_BUILDS, quant_kernel_build
+from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, quantize_activations, reference_linear
 from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
 
-needs_kernel = pytest.mark.skipif(quant_kernel() is None, reason="no AVX2 kernel on this CPU")
+
+def build_or_skip(isa: str):
+    """The module of one build, or a skip saying why there is none here."""
+    missing = QUANT_BUILDS[isa][2] - fast_linear._cpu_flags()
+    if missing:
+        pytest.skip(f"this CPU lacks {', '.join(sorted(missing))} for the {isa} build")
+    module = quant_kernel_build(isa)
+    if module is None:
+        pytest.skip(f"the {isa} build did not compile here (see the warning logged)")
+    return module
+
+
+@pytest.fixture(params=list(QUANT_BUILDS))
+def build(request, monkeypatch) -> str:
+    """Runs a test once per build: QuantizedWeight made inside it packs for, and runs in, that build."""
+    isa = request.param
+    module = build_or_skip(isa)
+    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
+    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: QUANT_BUILDS[isa][3])
+    return isa
 
 
 def random_blocks(kind: str, n: int, k: int, seed: int = 0, sub: bool = False) -> BlockWeights:
@@ -38,18 +61,31 @@ def inputs(m: int, k: int, seed: int = 1) -> torch.Tensor:
     return x.bfloat16()
 
 
-@needs_kernel
 @pytest.mark.parametrize("kind, sub", CASES)
 @pytest.mark.parametrize("n, k", [(8, 32), (13, 96), (200, 640)])
-def test_kernel_equals_reference_bit_for_bit(kind, sub, n, k):
+def test_kernel_equals_reference_bit_for_bit(build, kind, sub, n, k):
     w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
     x = inputs(7, k)
     assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
 
 
-@needs_kernel
 @pytest.mark.parametrize("kind, sub", CASES)
-def test_rows_are_bit_identical_whatever_the_number_of_rows(kind, sub):
+def test_every_row_count_equals_the_reference(build, kind, sub):
+    """M = 1..64 straight through the build's module (tiles of its width; 44 columns: a partial tile in
+    both), against one reference of 64 rows, whose rows do not depend on M."""
+    k, n = 640, 44
+    blocks = random_blocks(kind, n, k, seed=3, sub=sub)
+    tiles = pack_tiles(blocks, QUANT_BUILDS[build][3])
+    module = quantized_weight.quant_kernel()
+    x = inputs(64, k, seed=4)
+    want = reference_linear(x, blocks)
+    for m in range(1, 65):
+        got = module.quant_linear(x[:m], *tiles, 0 if kind == "s8" else 1)[:, :n]
+        assert torch.equal(got, want[:m]), (build, m)
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_rows_are_bit_identical_whatever_the_number_of_rows(build, kind, sub):
     k = 640
     w = QuantizedWeight(random_blocks(kind, 64, k, sub=sub), k, kind)
     x = inputs(64, k)
@@ -58,8 +94,7 @@ def test_rows_are_bit_identical_whatever_the_number_of_rows(kind, sub):
         assert torch.equal(w.linear_float(x[:m]), alone[:m]), m
 
 
-@needs_kernel
-def test_threads_do_not_change_a_bit():
+def test_threads_do_not_change_a_bit(build):
     k = 640
     w = QuantizedWeight(random_blocks("u4", 1000, k), k, "u4")
     x = inputs(5, k)
@@ -91,9 +126,8 @@ def test_within_the_activation_quantization_error_of_float64(kind, sub):
     assert (y - exact).abs().max() > 0  # activations really are quantized
 
 
-@needs_kernel
 @pytest.mark.parametrize("kind", ["s8", "u4"])
-def test_column_ranges_and_ids_equal_the_whole_matrix(kind):
+def test_column_ranges_and_ids_equal_the_whole_matrix(build, kind):
     k = 96
     w = QuantizedWeight(random_blocks(kind, 101, k), k, kind)
     x = inputs(4, k)
@@ -102,6 +136,31 @@ def test_column_ranges_and_ids_equal_the_whole_matrix(kind):
         assert torch.equal(w.linear_columns(x, cols), whole[:, cols]), cols
     ids = torch.tensor([100, 0, 57, 57, 9])
     assert torch.equal(w.linear_columns(x, ids), whole[:, ids])
+
+
+def test_vnni_build_is_exact_at_minus_128():
+    """-128 (possible in a foreign Q8_0 file, never from our quantizers) is exact in the VNNI build: its
+    q + 128 is 0. The AVX2 build's sign trick cannot negate it, so this edge is the VNNI build's only."""
+    module = build_or_skip("avx512_vnni")
+    k = 96
+    blocks = random_blocks("s8", 32, k, seed=5)
+    blocks.q[:, :, ::3] = -128
+    x = inputs(5, k)
+    got = module.quant_linear(x, *pack_tiles(blocks, 16), 0)
+    assert torch.equal(got, reference_linear(x, blocks))
+
+
+def test_the_best_build_is_chosen_from_the_cpu_flags(monkeypatch):
+    vnni = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    monkeypatch.delenv("SPECDEC_NO_VNNI", raising=False)
+    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni)
+    assert quant_kernels.quant_isas() == ["avx512_vnni", "avx2"]
+    monkeypatch.setenv("SPECDEC_NO_VNNI", "1")
+    assert quant_kernels.quant_isas() == ["avx2"]
+    monkeypatch.delenv("SPECDEC_NO_VNNI")
+    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni - {"avx512_vnni"})
+    assert quant_kernels.quant_isas() == ["avx2"]
+    assert quant_kernels.quant_tile_width("avx512_vnni") == 16 and quant_kernels.quant_tile_width("avx2") == 8
 
 
 def test_fallback_without_the_kernel_gives_the_same_bits(monkeypatch):

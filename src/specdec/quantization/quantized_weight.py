@@ -5,23 +5,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.quantization.kernel import quant_kernel
+from specdec.quantization.kernel import quant_kernel, quant_tile_width
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 
-TILE = 8  # columns per tile of the kernel's layout
 
-
-def _tiled(t: torch.Tensor) -> torch.Tensor:
-    """[N, blocks, ...] -> [N / 8, blocks, 8, ...] contiguous (N a multiple of 8)."""
+def _tiled(t: torch.Tensor, width: int) -> torch.Tensor:
+    """[N, blocks, ...] -> [N / width, blocks, width, ...] contiguous (N a multiple of width)."""
     n, blocks = t.shape[:2]
-    return t.reshape(n // TILE, TILE, blocks, *t.shape[2:]).transpose(1, 2).contiguous()
+    return t.reshape(n // width, width, blocks, *t.shape[2:]).transpose(1, 2).contiguous()
 
 
-def _tiled_quants(q: torch.Tensor, kind: str) -> torch.Tensor:
-    """[N, blocks, 32] -> the kernel's layout: per tile and block, groups of 4 k with the 8 columns side by
-    side ([N / 8, blocks, 8, 8, 4]); u4 packs group g + 4 into the high nibbles of group g ([.., 4, 8, 4])."""
+def _tiled_quants(q: torch.Tensor, kind: str, width: int) -> torch.Tensor:
+    """[N, blocks, 32] -> the kernels' layout: per tile and block, groups of 4 k with the tile's columns side
+    by side ([N / width, blocks, 8, width, 4]); u4 packs group g + 4 into the high nibbles of group g
+    ([.., 4, width, 4])."""
     n, blocks, _ = q.shape
-    g = q.reshape(n // TILE, TILE, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [tiles, blocks, group, column, 4]
+    g = q.reshape(n // width, width, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [tiles, blocks, group, column, 4]
     if kind == "s8":
         return g.contiguous()
     return (g[:, :, :4] | (g[:, :, 4:] << 4)).to(torch.uint8).contiguous()
@@ -35,11 +34,24 @@ def _padded_columns(blocks: BlockWeights, extra: int) -> BlockWeights:
     return BlockWeights(blocks.kind, pad(blocks.q), pad(blocks.scales), pad(blocks.mins), pad(blocks.sub_scales))
 
 
+def pack_tiles(blocks: BlockWeights, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(quants, scales, mins, sub_scales) in tiles of `width` columns (8: AVX2 build, 16: AVX512-VNNI), the
+    columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors."""
+    padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
+    return (
+        _tiled_quants(padded.q, padded.kind, width), _tiled(padded.scales.float(), width),
+        _tiled(padded.mins.float(), width) if padded.mins is not None else torch.empty(0),
+        _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
+        else torch.empty(0, dtype=torch.int16),
+    )
+
+
 class QuantizedWeight:
     """An [out_features, in_features] weight stored as blocks of 32 quantized values with float scales.
 
     `format` names where it came from ("int8", "int4", "Q8_0", "Q4_K", ...) for reports. On CPUs with AVX2
-    the product runs in our kernel; elsewhere in reference_linear, which gives the same bits.
+    the product runs in our kernel (its tiles packed for the build that runs here, see kernel.py); elsewhere
+    in reference_linear, which gives the same bits.
     """
 
     def __init__(self, blocks: BlockWeights, in_features: int, format: str) -> None:
@@ -48,12 +60,8 @@ class QuantizedWeight:
             raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
-        padded = _padded_columns(blocks, -n % TILE)  # the kernel's tiles hold 8 columns
-        self._tiles = (
-            _tiled_quants(padded.q, padded.kind), _tiled(padded.scales.float()),
-            _tiled(padded.mins.float()) if padded.mins is not None else torch.empty(0),
-            _tiled(padded.sub_scales.to(torch.int16)) if padded.sub_scales is not None else torch.empty(0, dtype=torch.int16),
-        )
+        self._width = quant_tile_width()  # the layout of the build that runs here
+        self._tiles = pack_tiles(blocks, self._width)
 
     @property
     def shape(self) -> torch.Size:
@@ -85,10 +93,11 @@ class QuantizedWeight:
         start, stop, _ = columns.indices(self.out_features)
         if stop <= start:
             return x.new_zeros((x.shape[0], 0), dtype=torch.float32)
-        t0, t1 = start // TILE, -(-stop // TILE)
+        width = self._width
+        t0, t1 = start // width, -(-stop // width)
         tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
         y = kernel.quant_linear(x, *tiles, 0 if self.kind == "s8" else 1)
-        return y if (start, stop) == (t0 * TILE, t1 * TILE) else y[:, start - t0 * TILE : stop - t0 * TILE]
+        return y if (start, stop) == (t0 * width, t1 * width) else y[:, start - t0 * width : stop - t0 * width]
 
     @staticmethod
     def concat(parts: list[QuantizedWeight]) -> QuantizedWeight:

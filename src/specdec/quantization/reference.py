@@ -1,7 +1,8 @@
-"""The quantized linear's arithmetic in torch, op for op as kernels/avx2_quant_linear.cpp computes it.
+"""The quantized linear's arithmetic in torch, op for op as the kernels compute it (kernels/
+avx2_quant_linear.cpp, and avx512_vnni_quant_linear.cpp, whose integer sums differ only in order).
 
 It is the portable fallback (CPUs without AVX2, CUDA, SPECDEC_NO_KERNELS=1) and the tests' reference for
-the kernel: both give the same bits. Integer dot products are exact in any order; the float part is one
+the kernels: all give the same bits. Integer dot products are exact in any order; the float part is one
 fixed chain per output element, block after block, with no fused multiply-add:
     s8: y = y + float(isum) * (s * dx)
     u4: y = y + (float(isum) * (s * dx) - m * (dx * float(bsum)))

@@ -1,0 +1,251 @@
+// y = x @ dequant(W).T for weight-only quantized W, on CPUs with AVX512-VNNI (+ F, BW, VL): the same bits as
+// avx2_quant_linear.cpp and quantization/reference.py, with a cost that grows slowly with the rows.
+//
+// Why: verifying 8-16 draft rows must cost about what one row costs, or speculation eats the quantization's
+// gain. The AVX2 kernel spends sign + maddubs + madd + add (and two broadcasts) on each (row, 4 k, 8 columns)
+// product, so beyond 4 rows it is compute-bound. vpdpbusd does a (row, 4 k, 16 columns) int8 product with
+// its int32 accumulation in one instruction, x's 4 bytes broadcast from memory; each block of weights is
+// loaded into registers once and feeds every row.
+//
+// Arithmetic: that of avx2_quant_linear.cpp's header (the activations quantized per block of 32 to the same
+// values, an exact int32 sum per (row, column, block), then the same float chain per element, block after
+// block, with separate multiplies and adds: -ffp-contract=off and no FMA intrinsic). Only the integer part
+// is computed differently, and integer sums are exact in any order:
+//   - vpdpbusd multiplies unsigned bytes by signed ones. 4-bit quants (0..15) are unsigned already. An int8
+//     quant q becomes q + 128 (xor 0x80, once per weight vector, shared by every row), and the row's sum
+//     starts from -128 * sum(qx) over the same k, so it ends at sum(q * qx) exactly (q = -128 included).
+//   - Each sum runs in two chains, the block's first and second 16 k: Q6_K's two sub-scales apply to them;
+//     elsewhere they are added.
+// Layout: tiles of 16 columns (quantized_weight.pack_tiles; the AVX2 build reads tiles of 8), per tile and
+// block groups of 4 k with the 16 columns side by side: s8 [N / 16][blocks][8 groups][16][4 bytes], u4
+// [N / 16][blocks][4][16][4] (the low nibbles groups 0-3, the high ones 4-7); scales and mins
+// [N / 16][blocks][16] float, sub-scales [N / 16][blocks][16][2] int16. One vector is one group of a block,
+// column c's 4 bytes in lane c, so nothing is summed across lanes, and a tile is one contiguous stream (two
+// 8-column tiles per vector, read as two streams, ran one row at 0.6x the memory's speed).
+// Loop: per tile, per block, the weights in 8 registers, then every row (up to 64 per pass; their running
+// sums in a 4 KB buffer, as the rows of y lie a whole row apart). The weights are read from memory once per
+// call at a steady pace whatever the number of rows, which lets the prefetch overlap them with the products.
+// Activations are block-major ([blocks][M][32]), so a block's rows are one run. Threads split tiles, so
+// columns only, never k. Which pass, row group or thread a row falls in changes no operation on it: every
+// row is bit-identical whatever the number of rows.
+// Cost on a Zen 4 core: vpdpbusd and the float multiplies share two pipes, one 512-bit op per cycle: per
+// (row, block, 16 columns) 8 vpdpbusd + 2 multiplies (3 for u4) = 10 (11) cycles, measured about 11. That
+// floor, not memory, bounds many rows: on the LM head (262144 x 640) about 0.45 ms per row on two cores.
+#include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
+#include <omp.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
+
+namespace {
+
+constexpr int64_t kBlock = 32;
+constexpr int64_t kTile = 16;
+#ifndef PF_AHEAD
+#define PF_AHEAD 2048  // bytes of weights prefetched ahead of the block being read
+#endif
+#ifndef ROW_GROUP
+#define ROW_GROUP 64  // rows per pass over a tile's weights (their running sums, 4 KB, stay in L1)
+#endif
+constexpr int64_t kRowGroup = ROW_GROUP;
+
+// x quantized, block-major: a block's rows lie side by side, so the rows sharing a weight block are read
+// at fixed offsets from one pointer.
+struct Activations {
+  const int8_t* q;   // [blocks][M][32]
+  const int32_t* c;  // [blocks][M][2] -128 * sum(q) over the block's first and second 16 k
+  const float* dx;   // [blocks][M]
+  const float* sx;   // [blocks][M] dx * float(sum(q))
+  int64_t m, blocks;
+};
+
+inline __m512i load(const void* p) { return _mm512_loadu_si512(p); }
+
+inline __m512i x4(const int8_t* p) {  // 4 activation bytes in every lane
+  int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm512_set1_epi32(v);
+}
+
+// The stream runs ahead of the hardware prefetcher alone (one row is bound by reading the weights); past
+// the tile's end it touches the next tile's, which the next call reads. Prefetches change no result.
+template <int kLines>
+inline void prefetch_ahead(const void* p) {
+  for (int l = 0; l < kLines; ++l) _mm_prefetch(static_cast<const char*>(p) + PF_AHEAD + 64 * l, _MM_HINT_T0);
+}
+
+// Adds the block's products of the weights' groups 0-3 (x's first 16 bytes) to lo and of groups 4-7 to hi.
+inline void block_dots(const __m512i* wv, const int8_t* x, __m512i& lo, __m512i& hi) {
+  for (int g = 0; g < 4; ++g) {
+    lo = _mm512_dpbusd_epi32(lo, wv[g], x4(x + 4 * g));
+    hi = _mm512_dpbusd_epi32(hi, wv[g + 4], x4(x + 16 + 4 * g));
+  }
+}
+
+// Rows row0 .. row0 + rows - 1 against one tile (16 columns) of s8 weights, block after block; acc [rows][16]
+// holds the running sums. A tile's block is 8 vectors, one per group of 4 k: column c's 4 bytes in lane c,
+// so a lane's int32 sum is column c's dot product and nothing is summed across lanes.
+template <bool kSub>
+void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0, int64_t rows,
+             float* acc) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const int8_t* wb = w + b * kTile * kBlock;
+    prefetch_ahead<8>(wb);
+    __m512i wv[8];
+    for (int g = 0; g < 8; ++g) wv[g] = _mm512_xor_si512(load(wb + g * 64), flip);  // q + 128, unsigned
+    const __m512 sv = _mm512_loadu_ps(s + b * kTile);
+    __m512i sub_lo = _mm512_setzero_si512(), sub_hi = sub_lo;
+    if (kSub) {  // column c's two int16 sub-scales -> int32 lane c
+      const __m512i pairs = load(sub + b * kTile * 2);
+      sub_lo = _mm512_srai_epi32(_mm512_slli_epi32(pairs, 16), 16);
+      sub_hi = _mm512_srai_epi32(pairs, 16);
+    }
+    const int64_t first = b * a.m + row0;
+    const int8_t* xq = a.q + first * kBlock;
+    const int32_t* c = a.c + first * 2;
+    const float* dx = a.dx + first;
+    for (int64_t r = 0; r < rows; ++r) {
+      __m512i lo = _mm512_set1_epi32(c[2 * r]), hi = _mm512_set1_epi32(c[2 * r + 1]);
+      block_dots(wv, xq + r * kBlock, lo, hi);
+      const __m512i isum = kSub ? _mm512_add_epi32(_mm512_mullo_epi32(lo, sub_lo), _mm512_mullo_epi32(hi, sub_hi))
+                                : _mm512_add_epi32(lo, hi);
+      const __m512 t = _mm512_mul_ps(sv, _mm512_set1_ps(dx[r]));
+      float* y = acc + r * kTile;
+      _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_mul_ps(_mm512_cvtepi32_ps(isum), t)));
+    }
+  }
+}
+
+// The same for u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h and the high
+// ones group h + 4.
+void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0, int64_t rows,
+             float* acc) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* wb = w + b * kTile * (kBlock / 2);
+    prefetch_ahead<4>(wb);
+    __m512i wv[8];
+    for (int h = 0; h < 4; ++h) {
+      const __m512i raw = load(wb + h * 64);
+      wv[h] = _mm512_and_si512(raw, low4);
+      wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    }
+    const __m512 sv = _mm512_loadu_ps(s + b * kTile);
+    const __m512 mv = _mm512_loadu_ps(mins + b * kTile);
+    const int64_t first = b * a.m + row0;
+    const int8_t* xq = a.q + first * kBlock;
+    const float* dx = a.dx + first;
+    const float* sx = a.sx + first;
+    for (int64_t r = 0; r < rows; ++r) {
+      __m512i lo = _mm512_setzero_si512(), hi = lo;
+      block_dots(wv, xq + r * kBlock, lo, hi);
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
+      const __m512 t = _mm512_mul_ps(sv, _mm512_set1_ps(dx[r]));
+      const __m512 u = _mm512_mul_ps(mv, _mm512_set1_ps(sx[r]));
+      float* y = acc + r * kTile;
+      _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_sub_ps(_mm512_mul_ps(f, t), u)));
+    }
+  }
+}
+
+// Quantizes rows of x (float32 [M, K], K a multiple of 32) per block of 32, to the AVX2 kernel's values (see
+// its header): max and integer sums are exact in any order, x * inv is one rounding per element, and
+// roundscale to nearest rounds half to even as its nearbyint does. Block-major, plus the -128 * sum(q) that
+// start the s8 sums.
+void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, int32_t* c, float* dx, float* sx) {
+  const int64_t blocks = k_size / kBlock;
+  constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  for (int64_t m = 0; m < m_size; ++m)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const float* xb = x + m * k_size + b * kBlock;
+      const int64_t at = b * m_size + m;
+      const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
+      const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
+      const float d = amax / 127.0f;
+      const __m512 inv = _mm512_set1_ps(d > 0.0f ? 1.0f / d : 0.0f);
+      const __m512i q0 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x0, inv), kNearest));
+      const __m512i q1 = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(x1, inv), kNearest));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + at * kBlock), _mm512_cvtepi32_epi8(q0));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + at * kBlock + 16), _mm512_cvtepi32_epi8(q1));
+      const int32_t half0 = _mm512_reduce_add_epi32(q0), half1 = _mm512_reduce_add_epi32(q1);
+      c[at * 2] = -128 * half0;
+      c[at * 2 + 1] = -128 * half1;
+      dx[at] = d;
+      sx[at] = d * static_cast<float>(half0 + half1);
+    }
+}
+
+}  // namespace
+
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] float32 (N = 16 * tiles).
+// kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16].
+at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
+                        int64_t kind) {
+  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
+  TORCH_CHECK(kind == 0 || kind == 1, "kind 0 (s8) or 1 (u4)");
+  x = x.to(at::kFloat).contiguous();
+  const int64_t m_size = x.size(0), k_size = x.size(1);
+  TORCH_CHECK(k_size % kBlock == 0, "K must be a multiple of 32");
+  const int64_t blocks = k_size / kBlock, tiles = quants.size(0);
+  TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : 4) &&
+              quants.size(3) == kTile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
+  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
+  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == tiles * blocks * kTile, "scales layout");
+  const bool sub = kind == 0 && sub_scales.numel() > 0;
+  if (sub)
+    TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * kTile * 2, "sub");
+  if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * kTile, "mins");
+  const int64_t n_size = tiles * kTile;
+  auto y = at::empty({m_size, n_size}, x.options());
+  if (m_size == 0 || n_size == 0) return y;
+  auto q = at::empty({blocks, m_size, kBlock}, x.options().dtype(at::kChar));
+  auto c = at::empty({blocks, m_size, 2}, x.options().dtype(at::kInt));
+  auto dx = at::empty({blocks, m_size}, x.options());
+  auto sx = at::empty({blocks, m_size}, x.options());
+  quantize_rows(x.data_ptr<float>(), m_size, k_size, q.data_ptr<int8_t>(), c.data_ptr<int32_t>(), dx.data_ptr<float>(),
+                sx.data_ptr<float>());
+  const Activations a{q.data_ptr<int8_t>(), c.data_ptr<int32_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(), m_size,
+                      blocks};
+  float* yp = y.data_ptr<float>();
+  const float* sp = scales.data_ptr<float>();
+  const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
+  const int64_t tile_scales = blocks * kTile;  // floats (and int16 pairs) per tile
+  const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
+  const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
+  const float* minp = kind == 1 ? mins.data_ptr<float>() : nullptr;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+  for (int64_t t = 0; t < tiles; ++t) {
+    const uint8_t* w = qp + t * tile_bytes;
+    const float* s = sp + t * tile_scales;
+    alignas(64) float acc[kRowGroup * kTile];
+    for (int64_t row0 = 0; row0 < m_size; row0 += kRowGroup) {
+      const int64_t rows = std::min(kRowGroup, m_size - row0);
+      std::fill(acc, acc + rows * kTile, 0.0f);
+      if (kind == 1)
+        tile_u4(w, s, minp + t * tile_scales, a, row0, rows, acc);
+      else if (sub)
+        tile_s8<true>(reinterpret_cast<const int8_t*>(w), s, subp + t * tile_scales * 2, a, row0, rows, acc);
+      else
+        tile_s8<false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, row0, rows, acc);
+      for (int64_t r = 0; r < rows; ++r)
+        std::memcpy(yp + (row0 + r) * n_size + t * kTile, acc + r * kTile, sizeof(float) * kTile);
+    }
+  }
+  return y;
+}
+
+#pragma GCC pop_options
+
+PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)");
+}
