@@ -6,7 +6,13 @@ import pytest
 
 from specdec.engine.stats import SpecDecodingStats
 from specdec.scheduling.cost_curve import CostCurve
-from specdec.scheduling.draft_length import AutoDraftLength, DraftLengthByBatchSize, FixedDraftLength
+from specdec.scheduling.draft_length import (
+    HALF_LIFE,
+    PROBE_AFTER,
+    AutoDraftLength,
+    DraftLengthByBatchSize,
+    FixedDraftLength,
+)
 from specdec.speculative_config import SpeculativeConfig
 
 
@@ -62,6 +68,43 @@ def test_auto_starts_a_new_sequence_from_the_batch_rates():
     assert policy.choose([SpecDecodingStats()], [5]) == [0]
 
 
+def test_auto_batch_rates_fade_so_new_sequences_try_again():
+    """Early rejections lock new sequences out only for a while: the batch-wide counts fade, so after a
+    stretch without drafts a new sequence is priced near FIRST_GUESS again and drafts where that pays."""
+    policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)  # a row: 10% of a step
+    for _ in range(30):
+        policy.observe([0], [1], 0.0, 0)
+    assert policy.choose([SpecDecodingStats()], [5]) == [0]
+    for _ in range(4 * HALF_LIFE):
+        policy.observe([], [], 0.0, 0)  # steps without a draft
+    assert policy.choose([SpecDecodingStats()], [5])[0] >= 1
+
+
+def test_auto_probes_a_sequence_left_without_drafts_where_a_row_would_pay():
+    policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)
+    poor = history([0.0, 0.0], steps=40)
+    for steps in range(PROBE_AFTER):
+        assert policy.choose([poor], [5]) == [0]
+        poor.record_choice(0)
+    assert poor.steps_since_allowed == PROBE_AFTER
+    assert policy.choose([poor], [5]) == [1]  # one row, priced at FIRST_GUESS for its first position
+    poor.record_choice(1)
+    assert poor.steps_since_allowed == 0 and policy.choose([poor], [5]) == [0]
+    assert AutoDraftLength(EXPENSIVE, max_length=5).choose([poor] * 2, [5] * 2) == [0, 0]
+    poor.steps_since_allowed = PROBE_AFTER
+    assert AutoDraftLength(EXPENSIVE, max_length=5).choose([poor] * 2, [5] * 2) == [0, 0]  # never pays: no probe
+
+
+def test_auto_probes_past_a_stale_drafting_cost():
+    """A drafting cost measured under a burst of load stops every draft, and is measured again only by
+    drafting: the probe prices the target's row alone."""
+    policy = AutoDraftLength(CHEAP, max_length=5)
+    policy.draft_ms_per_token = 1000.0
+    fresh, idle = history([0.9] * 5), history([0.9] * 5)
+    idle.steps_since_allowed = PROBE_AFTER
+    assert policy.choose([fresh, idle], [5, 5]) == [0, 1]
+
+
 def test_fixed_and_per_batch_size():
     assert FixedDraftLength(3).choose([SpecDecodingStats()] * 2, [5, 1]) == [3, 1]
     assert FixedDraftLength(None).choose([SpecDecodingStats()] * 2, [5, 1]) == [5, 1]
@@ -94,6 +137,16 @@ def test_auto_config_round_trips():
     c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 7})
     assert c.auto and c.num_speculative_tokens == 7
     assert SpeculativeConfig.from_dict(c.to_dict()) == c
+
+
+def test_auto_cap_defaults_to_the_methods_own():
+    from specdec.drafting.ngram import NgramOptions
+
+    c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto"})
+    assert c.num_speculative_tokens == NgramOptions.auto_max_speculative_tokens == 10
+    assert SpeculativeConfig.from_dict({"method": "ngram"}).num_speculative_tokens == 5  # fixed: unchanged
+    c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 3})
+    assert c.num_speculative_tokens == 3
 
 
 def test_auto_drafts_longer_for_a_lone_greedy_sequence_that_verifies_with_early_exit():

@@ -9,7 +9,8 @@ Draft length per step, across a batch:
 - `"num_speculative_tokens": "auto"`: each step, each sequence gets the draft length, zero included, that
   maximises the batch's expected accepted tokens per second, from the target's measured cost curve and
   the sequence's own acceptance per draft position (scheduling/draft_length.py). `max_num_speculative_tokens`
-  (default: the method's default length) caps it.
+  caps it (default: the method's `auto_max_speculative_tokens` where it sets one, n-gram's 10, else its
+  default length).
 - `"num_speculative_tokens_by_batch_size": [[first, last, k], ...]`: k while the number of running
   sequences is in [first, last] (vLLM's per-batch-size speculation length); outside every range, the
   method's num_speculative_tokens.
@@ -88,17 +89,19 @@ class SpeculativeConfig:
             if method == "ngram":
                 data.pop("model")
         proposer = get_method(method)
-        auto, by_batch_size = _schedule(data)
+        auto, by_batch_size = _schedule(data, proposer.Options)
         return cls(method=method, options=parse_options(proposer.Options, data, method), auto=auto,
                    by_batch_size=by_batch_size)
 
 
-def _schedule(data: dict[str, Any]) -> tuple[bool, tuple[tuple[int, int, int], ...]]:
+def _schedule(data: dict[str, Any], options_class: type) -> tuple[bool, tuple[tuple[int, int, int], ...]]:
     """Pops the draft-length schedule keys off `data` (in place); the rest are the method's."""
     auto = data.get("num_speculative_tokens") == AUTO
     if auto:
         data.pop("num_speculative_tokens")
         cap = data.pop("max_num_speculative_tokens", None)
+        if cap is None:  # the method's own cap for "auto", where it has one; else its default length
+            cap = getattr(options_class, "auto_max_speculative_tokens", None)
         if cap is not None:
             if not isinstance(cap, int) or isinstance(cap, bool) or cap < 1:
                 raise ValueError(f"invalid speculative_config: max_num_speculative_tokens must be an int >= 1, got {cap!r}")

@@ -25,6 +25,7 @@ class SpecDecodingStats:
     drafted_per_position: list[int] = field(default_factory=list)  # [i]: steps that drafted a token at position i
     # [k]: verification steps whose draft-length policy allowed k draft tokens (scheduling/draft_length.py)
     chosen_draft_lengths: list[int] = field(default_factory=list)
+    steps_since_allowed: int = 0  # consecutive steps whose policy allowed no draft (not merged or reported)
     prefill_seconds: float = 0.0
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
@@ -53,6 +54,7 @@ class SpecDecodingStats:
         return self
 
     def record_choice(self, length: int) -> None:
+        self.steps_since_allowed = 0 if length else self.steps_since_allowed + 1
         if len(self.chosen_draft_lengths) <= length:
             self.chosen_draft_lengths.extend([0] * (length + 1 - len(self.chosen_draft_lengths)))
         self.chosen_draft_lengths[length] += 1

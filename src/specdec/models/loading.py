@@ -173,6 +173,7 @@ def load_model(
     `quantization` ("int8", "int4", "gguf") swaps the linear layers and LM head for quantized ones."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from specdec.models.host_memory import keep_freed_memory
     from specdec.quantization import check_mode, quantize_decoder
 
     check_mode(quantization)
@@ -182,6 +183,8 @@ def load_model(
         raise ValueError(f'quantization="gguf" needs a GGUF model file; {name!r} is not one')
     torch_dtype = resolve_dtype(dtype)
     dev = resolve_device(device)
+    if dev.type == "cpu":
+        keep_freed_memory()
     path = _local_model_path(name, torch_dtype)
     tokenizer = AutoTokenizer.from_pretrained(path)
     hf_model = AutoModelForCausalLM.from_pretrained(path, dtype=torch_dtype)

@@ -8,6 +8,12 @@
   the sequence's drafts reaching position i whose tokens 0..i were all accepted. A greedy marginal
   allocation: add one draft row at a time to the sequence whose next row is likeliest to be kept, and
   keep the prefix of that order with the best ratio.
+
+  Rates only move where drafts are made, so two rules keep a few early rejections from switching drafting
+  off for good: the batch-wide counts fade (half-life HALF_LIFE sequence-steps), so new sequences start
+  from recent evidence; and a sequence given no draft for PROBE_AFTER steps gets one draft row where a row
+  kept at FIRST_GUESS would pay for its target rows (its drafting cost, also measured only while drafting,
+  left out).
 """
 
 from __future__ import annotations
@@ -22,6 +28,8 @@ from specdec.scheduling.cost_curve import CostCurve
 
 PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this many drafts of its own
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
+HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
+PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
 
 
 class DraftLengthPolicy(ABC):
@@ -76,7 +84,11 @@ class AutoDraftLength(DraftLengthPolicy):
 
     def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int],
                 draft_seconds: float, draft_tokens: int) -> None:
-        """Adds one step's counts to the batch-wide rates (the prior of sequences with little history)."""
+        """Adds one sequence-step's counts to the batch-wide rates (the prior of sequences with little
+        history), after fading the older counts."""
+        fade = 0.5 ** (1 / HALF_LIFE)
+        self._drafted = [x * fade for x in self._drafted]
+        self._accepted = [x * fade for x in self._accepted]
         for i, n in enumerate(drafted_per_position):
             while len(self._drafted) <= i:
                 self._drafted.append(0.0)
@@ -131,7 +143,7 @@ class AutoDraftLength(DraftLengthPolicy):
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
             return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
 
-        best_ratio, best_rows = tokens / cost(), 0
+        best_ratio, best_rows, best_tokens = tokens / cost(), 0, tokens
         # the sequence whose next row is likeliest kept (the first on ties), from a heap: a linear scan per
         # row cost milliseconds a step at 32 sequences of 8 rows, a few percent of the step
         heap = [(-r[0], i) for i, r in enumerate(rates) if caps[i] > 0 and r[0] > 0]
@@ -146,12 +158,24 @@ class AutoDraftLength(DraftLengthPolicy):
             draft_ms += self.draft_ms_per_token
             ratio = tokens / (cost() + draft_ms)
             if ratio > best_ratio:
-                best_ratio, best_rows = ratio, len(picks)
+                best_ratio, best_rows, best_tokens = ratio, len(picks), tokens
             if lengths[pick] < caps[pick] and rates[pick][lengths[pick]] > 0:
                 heapq.heappush(heap, (-rates[pick][lengths[pick]], pick))
         best = [0] * b
         for pick in picks[:best_rows]:
             best[pick] += 1
+        # Probes: one row for a sequence left without a draft for PROBE_AFTER steps, where a row kept at
+        # FIRST_GUESS would pay for the target's cost of it. The drafter's cost is left out: its estimate
+        # (like the rates) is only measured while drafting, and may be stale (a burst of load on the machine).
+        tokens, rows = best_tokens, b + prefill_rows + best_rows
+        for i, s in enumerate(stats):
+            if best[i] == 0 and caps[i] > 0 and s.steps_since_allowed >= PROBE_AFTER:
+                before = tokens / cost()
+                tokens, rows = tokens + FIRST_GUESS, rows + 1
+                if tokens / cost() > before:
+                    best[i] = 1
+                else:
+                    tokens, rows = tokens - FIRST_GUESS, rows - 1
         return best
 
     def describe(self) -> dict[str, object]:
