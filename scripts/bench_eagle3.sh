@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The measurements behind the EAGLE-3 issue's closing note, on a quiet machine (nothing else running).
-# Usage: scripts/bench_issue4.sh [drafter dir] ; reports in benchmarks/results/ (JSON + printed tables).
+# EAGLE-3 chains and trees against plain decoding on both prompt sets, on a quiet machine.
+# Usage: scripts/bench_eagle3.sh [drafter dir] ; reports in benchmarks/results/ (JSON + printed tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 DRAFTER=${1:-drafters/gemma-3-270m-eagle3}

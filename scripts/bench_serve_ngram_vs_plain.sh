@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
-# The serving issue's measurements on the default model (--threads 1):
+# The server with n-gram drafting against a plain one, on the default model (--threads 1):
 #   ngram: `specdec serve` with n-gram drafting, then
 #     1. `specdec bench serve`: 64 requests at concurrency 8 (MT-Bench first turns, 64 new tokens, greedy);
 #     2. scripts/check_serve_vs_generate.py: greedy server outputs == `specdec generate`, /metrics == responses;
 #   plain: the same load against a server without a speculative config (the wall-clock gain under serving).
 # Reports: benchmarks/results/serve-load-{ngram,plain}.{json,txt}, serve-vs-generate-ngram.{json,txt}.
-# `scripts/serve_issue3.sh ngram` or `... plain` runs one part.
+# `scripts/bench_serve_ngram_vs_plain.sh ngram` or `... plain` runs one part.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results

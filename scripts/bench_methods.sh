@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The measurements behind the engine issue's closing note, run one after another on a quiet machine.
+# Every method against plain decoding on both prompt sets, one after another on a quiet machine.
 # Reports land in benchmarks/results/ (JSON) with the printed tables beside them (.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
