@@ -57,14 +57,14 @@ def test_auto_gives_rows_to_the_sequences_that_keep_them():
 def test_auto_respects_each_sequences_cap_and_the_draft_cost():
     policy = AutoDraftLength(CHEAP, max_length=4)
     assert policy.choose([history([0.9] * 5)] * 2, [2, 7]) == [2, 4]
-    policy.draft_ms_per_token = 100.0  # a drafter far slower than the target: not worth it
+    policy.draft.per_token_ms = 100.0  # a drafter far slower than the target: not worth it
     assert policy.choose([history([0.9] * 5)] * 2, [2, 7]) == [0, 0]
 
 
 def test_auto_starts_a_new_sequence_from_the_batch_rates():
     policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)  # a row: 10% of a step
     for _ in range(50):
-        policy.observe([0, 0], [1, 1], 0.0, 0)  # the batch's drafts never get kept
+        policy.observe([0, 0], [1, 1])  # the batch's drafts never get kept
     assert policy.choose([SpecDecodingStats()], [5]) == [0]
 
 
@@ -73,10 +73,10 @@ def test_auto_batch_rates_fade_so_new_sequences_try_again():
     stretch without drafts a new sequence is priced near FIRST_GUESS again and drafts where that pays."""
     policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)  # a row: 10% of a step
     for _ in range(30):
-        policy.observe([0], [1], 0.0, 0)
+        policy.observe([0], [1])
     assert policy.choose([SpecDecodingStats()], [5]) == [0]
     for _ in range(4 * HALF_LIFE):
-        policy.observe([], [], 0.0, 0)  # steps without a draft
+        policy.observe([], [])  # steps without a draft
     assert policy.choose([SpecDecodingStats()], [5])[0] >= 1
 
 
@@ -99,10 +99,35 @@ def test_auto_probes_past_a_stale_drafting_cost():
     """A drafting cost measured under a burst of load stops every draft, and is measured again only by
     drafting: the probe prices the target's row alone."""
     policy = AutoDraftLength(CHEAP, max_length=5)
-    policy.draft_ms_per_token = 1000.0
+    policy.draft.per_token_ms = 1000.0
     fresh, idle = history([0.9] * 5), history([0.9] * 5)
     idle.steps_since_allowed = PROBE_AFTER
     assert policy.choose([fresh, idle], [5, 5]) == [0, 1]
+
+
+def test_drafting_cost_splits_into_a_fixed_part_and_a_part_per_token():
+    from specdec.scheduling.draft_cost import DraftCost
+
+    cost = DraftCost()
+    for tokens in (1, 8, 2, 16, 4, 32):
+        cost.observe(6.0 + 0.25 * tokens, tokens)  # a call costs 6 ms, each token 0.25 ms more
+    assert cost.fixed_ms == pytest.approx(6.0) and cost.per_token_ms == pytest.approx(0.25)
+    assert cost.ms(0) == 0.0 and cost.ms(4) == pytest.approx(7.0)
+    same = DraftCost()
+    for _ in range(3):
+        same.observe(8.0, 4)  # always 4 tokens: nothing to split, all of it per token
+    assert same.fixed_ms == 0.0 and same.per_token_ms == pytest.approx(2.0)
+
+
+def test_auto_prices_the_drafters_fixed_cost_once_per_step():
+    """A drafter call that costs 40% of a target step is not worth one sequence's 0.3 of a token, but is
+    worth many sequences' drafts together, where its cost is shared."""
+    curve = CostCurve([1, 64], [10.0, 10.5])  # target rows nearly free
+    policy = AutoDraftLength(curve, max_length=1)
+    policy.draft.fixed_ms = 4.0
+    one = policy.choose([history([0.3])], [1])
+    many = policy.choose([history([0.6])] * 16, [1] * 16)
+    assert one == [0] and many == [1] * 16
 
 
 def test_fixed_and_per_batch_size():
@@ -119,6 +144,8 @@ def test_cost_curve_interpolates_and_extrapolates():
     assert curve.single(3) == pytest.approx(13.0)
     assert curve.single(6) == pytest.approx(19.0)
     assert curve.batch(3, 4) == pytest.approx(16.0)
+    curve.verify_ms_per_row = 0.25  # each verified row's argmax
+    assert curve.batch(3, 4) == pytest.approx(17.0)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -168,7 +195,7 @@ def test_measured_cost_curve_splits_off_the_head(zoo):
 
     curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), repeats=1,
                                context=8, sequences=2)
-    assert curve.head_ms is not None and len(curve.head_ms) == 3
+    assert curve.head_ms is not None and len(curve.head_ms) == 3 and curve.verify_ms_per_row > 0
     assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values
 
 
@@ -177,11 +204,11 @@ def test_auto_tries_positions_it_never_drafted_when_the_earlier_ones_are_kept():
     positions (here about 0.8), not a fixed decay that would keep it at 2 for good."""
     curve = CostCurve([1, 8], [10.0, 17.0])  # a row: 10% of a step
     policy = AutoDraftLength(curve, max_length=5)
-    policy.observe([90, 85], [100, 100], 0.0, 0)
+    policy.observe([90, 85], [100, 100])
     assert policy.batch_rates(3)[2] > 0.75
     assert policy.choose([history([0.9, 0.85])], [5]) == [5]
     poor = AutoDraftLength(curve, max_length=5)  # mostly rejected: the continuation is poor too
-    poor.observe([20, 2], [100, 100], 0.0, 0)
+    poor.observe([20, 2], [100, 100])
     assert poor.choose([history([0.2, 0.02])], [5])[0] <= 1  # one row (10% of a step) for 0.2 of a token
 
 

@@ -16,10 +16,13 @@ from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+import torch
+
 from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD
 from specdec.models.runtime import ForwardCall, ModelRuntime, forward_batch
 
 ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+VERIFY_ROWS = 16  # rows whose argmax is timed, one call each as verification makes them
 
 
 @dataclass
@@ -28,6 +31,7 @@ class CostCurve:
     ms: list[float]  # one sequence forwarding rows[i] rows, logits for every row
     per_sequence_ms: float = 0.0
     head_ms: list[float] | None = None  # the LM head's share of ms[i]; None: unknown (no early-exit saving)
+    verify_ms_per_row: float = 0.0  # greedy verification's argmax over the vocabulary, per row with logits
 
     def single(self, n: int) -> float:
         """ms for one sequence forwarding n rows: piecewise linear, extrapolated past the last point."""
@@ -37,15 +41,17 @@ class CostCurve:
         return _interpolate(self.rows, self.head_ms, n) if self.head_ms is not None else 0.0
 
     def batch(self, sequences: int, rows: int) -> float:
-        return self.single(rows) + max(sequences - 1, 0) * self.per_sequence_ms
+        return self.single(rows) + max(sequences - 1, 0) * self.per_sequence_ms + rows * self.verify_ms_per_row
 
     def early_exit(self, rows: int, scored_rows: float) -> float:
         """ms for a lone sequence forwarding `rows` rows whose head is scored for about `scored_rows` only."""
-        return self.single(rows) - self.head(rows) + self.head(min(scored_rows, rows))
+        scored = min(scored_rows, rows)
+        return self.single(rows) - self.head(rows) + self.head(scored) + scored * self.verify_ms_per_row
 
     def to_dict(self) -> dict[str, object]:
         out: dict[str, object] = {"rows": self.rows, "ms": [round(x, 3) for x in self.ms],
-                                  "per_sequence_ms": round(self.per_sequence_ms, 3)}
+                                  "per_sequence_ms": round(self.per_sequence_ms, 3),
+                                  "verify_ms_per_row": round(self.verify_ms_per_row, 4)}
         if self.head_ms is not None:
             out["head_ms"] = [round(x, 3) for x in self.head_ms]
         return out
@@ -97,4 +103,13 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
     curve = CostCurve(list(counts), ms, head_ms=head)
     extra = best(batched) - curve.single(sequences)
     curve.per_sequence_ms = max(extra / (sequences - 1), 0.0) if sequences > 1 else 0.0
+    # A verified row's argmax reads its whole vocabulary row (262k floats for Gemma): a cost the forward's
+    # timing leaves out, and a few percent of a step per draft row at large batches.
+    logits = torch.randn(VERIFY_ROWS, runtimes[0].vocab_size)
+
+    def argmaxes() -> None:
+        for i in range(VERIFY_ROWS):
+            logits[i : i + 1].argmax(-1)
+
+    curve.verify_ms_per_row = best(argmaxes) / VERIFY_ROWS
     return curve

@@ -3,8 +3,9 @@
 - FixedDraftLength: the method's num_speculative_tokens, always.
 - DraftLengthByBatchSize: a length per range of running sequences (vLLM's per-batch-size setting).
 - AutoDraftLength: per sequence and step, the lengths (zero included) that maximise the batch's expected
-  tokens per second: (sum over s of 1 + E[accepted_s(k_s)]) / (T(B, sum of 1 + k_s) + draft cost), with
-  T the measured cost curve and E[accepted_s(k)] = sum over i < k of r_s,i, where r_s,i is the fraction of
+  tokens per second: (sum over s of 1 + E[accepted_s(k_s)]) / (T(B, sum of 1 + k_s) + D(sum of k_s)), with
+  T the measured cost curve, D the drafter's measured cost (a fixed part per drafting step plus a part per
+  token, scheduling/draft_cost.py) and E[accepted_s(k)] = sum over i < k of r_s,i, where r_s,i is the fraction of
   the sequence's drafts reaching position i whose tokens 0..i were all accepted. A greedy marginal
   allocation: add one draft row at a time to the sequence whose next row is likeliest to be kept, and
   keep the prefix of that order with the best ratio.
@@ -25,6 +26,7 @@ from dataclasses import dataclass, field
 
 from specdec.engine.stats import SpecDecodingStats
 from specdec.scheduling.cost_curve import CostCurve
+from specdec.scheduling.draft_cost import DraftCost
 
 PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this many drafts of its own
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
@@ -77,13 +79,12 @@ class DraftLengthByBatchSize(DraftLengthPolicy):
 class AutoDraftLength(DraftLengthPolicy):
     curve: CostCurve
     max_length: int
-    draft_ms_per_token: float = 0.0  # running estimate of the drafter's cost per drafted token
+    draft: DraftCost = field(default_factory=DraftCost)  # the drafter's cost in a step, measured while drafting
     prior: list[float] = field(default_factory=list)  # the batch's rates so far, per position
     _accepted: list[float] = field(default_factory=list)
     _drafted: list[float] = field(default_factory=list)
 
-    def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int],
-                draft_seconds: float, draft_tokens: int) -> None:
+    def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]) -> None:
         """Adds one sequence-step's counts to the batch-wide rates (the prior of sequences with little
         history), after fading the older counts."""
         fade = 0.5 ** (1 / HALF_LIFE)
@@ -95,9 +96,10 @@ class AutoDraftLength(DraftLengthPolicy):
                 self._accepted.append(0.0)
             self._drafted[i] += n
             self._accepted[i] += num_accepted_per_position[i] if i < len(num_accepted_per_position) else 0
-        if draft_tokens:
-            ms = draft_seconds * 1000 / draft_tokens
-            self.draft_ms_per_token = ms if self.draft_ms_per_token == 0 else 0.9 * self.draft_ms_per_token + 0.1 * ms
+
+    def observe_drafting(self, draft_seconds: float, draft_tokens: int) -> None:
+        """One step's drafting time and drafted tokens over all of its sequences."""
+        self.draft.observe(draft_seconds * 1000, draft_tokens)
 
     def batch_rates(self, n: int) -> list[float]:
         """The batch's r_i for i < n. A position's prior continues the positions before it at their last
@@ -138,7 +140,7 @@ class AutoDraftLength(DraftLengthPolicy):
         # The step's prompt rows are paid for anyway: next to a prefill chunk, draft rows add little to its
         # cost and multiply what the decoding sequences get out of it.
         seqs = b + prefill_sequences
-        tokens, rows, draft_ms = float(b), b + prefill_rows, 0.0
+        tokens, rows = float(b), b + prefill_rows
 
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
             return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
@@ -155,8 +157,7 @@ class AutoDraftLength(DraftLengthPolicy):
             picks.append(pick)
             tokens -= gain
             rows += 1
-            draft_ms += self.draft_ms_per_token
-            ratio = tokens / (cost() + draft_ms)
+            ratio = tokens / (cost() + self.draft.ms(len(picks)))
             if ratio > best_ratio:
                 best_ratio, best_rows, best_tokens = ratio, len(picks), tokens
             if lengths[pick] < caps[pick] and rates[pick][lengths[pick]] > 0:
@@ -180,4 +181,4 @@ class AutoDraftLength(DraftLengthPolicy):
 
     def describe(self) -> dict[str, object]:
         return {"policy": "auto", "max_num_speculative_tokens": self.max_length, "cost_curve": self.curve.to_dict(),
-                "draft_ms_per_token": round(self.draft_ms_per_token, 3)}
+                "draft_fixed_ms": round(self.draft.fixed_ms, 3), "draft_ms_per_token": round(self.draft.per_token_ms, 3)}

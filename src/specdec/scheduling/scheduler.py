@@ -194,12 +194,14 @@ class BatchScheduler:
             chunked = sum(w.chunk for w in work)
             self.pacing.observe(time.perf_counter() - started, chunked)
         if auto:
+            seconds, tokens = 0.0, 0
             for w in work:
                 if not w.seq.prefilling and w.seq.request_id in before:
                     acc, dr, ds, dt = before[w.seq.request_id]
                     s = w.seq.stats
-                    self.policy.observe(_diff(s.accepted_per_position, acc), _diff(s.drafted_per_position, dr),
-                                        s.draft_seconds - ds, s.num_draft_tokens - dt)
+                    self.policy.observe(_diff(s.accepted_per_position, acc), _diff(s.drafted_per_position, dr))
+                    seconds, tokens = seconds + s.draft_seconds - ds, tokens + s.num_draft_tokens - dt
+            self.policy.observe_drafting(seconds, tokens)  # the whole step's: the drafter's calls serve them all
         for seq in list(self.running):
             if seq.finished:
                 self._retire(seq)
