@@ -105,7 +105,7 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
     curve.per_sequence_ms = max(extra / (sequences - 1), 0.0) if sequences > 1 else 0.0
     # A verified row's argmax reads its whole vocabulary row (262k floats for Gemma): a cost the forward's
     # timing leaves out, and a few percent of a step per draft row at large batches.
-    logits = torch.randn(VERIFY_ROWS, runtimes[0].vocab_size)
+    logits = torch.randn(VERIFY_ROWS, runtimes[0].vocab_size, device=runtimes[0].device)
 
     def argmaxes() -> None:
         for i in range(VERIFY_ROWS):
