@@ -83,7 +83,7 @@ def test_auto_batch_rates_fade_so_new_sequences_try_again():
 def test_auto_probes_a_sequence_left_without_drafts_where_a_row_would_pay():
     policy = AutoDraftLength(CostCurve([1, 64], [10.0, 73.0]), max_length=5)
     poor = history([0.0, 0.0], steps=40)
-    for steps in range(PROBE_AFTER):
+    for _ in range(PROBE_AFTER):
         assert policy.choose([poor], [5]) == [0]
         poor.record_choice(0)
     assert poor.steps_since_allowed == PROBE_AFTER
