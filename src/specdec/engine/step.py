@@ -19,6 +19,7 @@ from specdec.drafting.tree import prune_to_depth, tree_depths
 from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD, SequenceState
 from specdec.engine.stats import SpecDecodingStats
 from specdec.engine.stopping import Finish, StopChecker
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.models.runtime import ForwardCall, ForwardResult, forward_batch
 from specdec.sampling_params import SamplingParams
 from specdec.verification import TargetRows, sample, sampling_probs, verify
@@ -56,7 +57,7 @@ class _Planned:
 
 def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
     if params.greedy:
-        return int(logits.argmax())
+        return int(greedy_argmax(logits))
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 

@@ -20,6 +20,7 @@ from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
 from specdec.models.kv_cache import KVCache
+from specdec.models.packed_head import PackedHead
 
 
 def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
@@ -283,6 +284,7 @@ class Decoder(nn.Module):
         # a quantization.QuantizedWeight the LM head runs on instead of head_weight() (quantize_decoder sets
         # it); head_weight() stays the dense rows drafters borrow
         self.quantized_head = None
+        self.packed_head: PackedHead | None = None  # the dense head in the kernels' panels (prepare() packs it)
         self.rope = {kind: RopeTable(inv, scale, torch.empty(0), torch.empty(0)) for kind, (inv, scale) in rope.items()}
 
     @property
@@ -309,9 +311,9 @@ class Decoder(nn.Module):
     def logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor | None = None) -> torch.Tensor:
         """LM head over final-normed hidden states, returned in float32; `columns` (a slice or token ids)
         scores only those tokens."""
-        quantized = self.quantized_head
-        if quantized is not None:
-            logits = quantized.linear_float(hidden) if columns is None else quantized.linear_columns(hidden, columns)
+        runner = self.quantized_head if self.quantized_head is not None else self.packed_head
+        if runner is not None:
+            logits = runner.linear_float(hidden) if columns is None else runner.linear_columns(hidden, columns)
         else:
             weight = self.head_weight()
             logits = linear_float(hidden, weight if columns is None else weight[columns])
@@ -396,6 +398,7 @@ class Decoder(nn.Module):
         self.final_scale = norm_scale(self.final_norm, self.arch.gemma_norm)
         for layer in self.layers:
             layer.prepare()
+        self.packed_head = PackedHead.build(self.head_weight()) if self.quantized_head is None else None
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self
 
@@ -419,6 +422,7 @@ class Decoder(nn.Module):
         clone.final_norm = self.final_norm
         clone.lm_head = self.lm_head
         clone.quantized_head = self.quantized_head
+        clone.packed_head = self.packed_head
         clone.rope = self.rope
         clone.final_scale = self.final_scale
         return clone

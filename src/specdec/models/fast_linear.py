@@ -7,9 +7,11 @@ differently from its multi-row path, and where torch's bfloat16 GEMMs happen to 
 very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
 output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
 the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile
-multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp;
+multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp (and the LM head in
+bf16_packed_linear.cpp, see packed_head.py);
 on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
-scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span) and the argmax of
+logit rows (`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
 (prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
 run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """
@@ -42,16 +44,18 @@ def _cpu_flags() -> set[str]:
 
 
 # ISA -> (extension name, sources, compiler flags); the names differ so the builds never share torch's cache
-_AVX2_ATTENTION = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp"]
+# attention and the rows' argmax: AVX2 in every build
+_AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp", "avx2_rows_argmax.cpp"]
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
-    "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", *_AVX2_ATTENTION],
+    "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", *_AVX2_SHARED],
             [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
-    # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) beside the AVX2 attention
-    "avx512_bf16": ("specdec_cpu_kernels_avx512bf16", ["avx2_module.cpp", "bf16_rows_linear.cpp", *_AVX2_ATTENTION],
-                    _AVX2_FLAGS),
-    "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", *_AVX2_ATTENTION],
+    # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) and bf16_packed_linear.cpp (the LM head, packed_head.py)
+    "avx512_bf16": ("specdec_cpu_kernels_avx512bf16",
+                    ["avx2_module.cpp", "bf16_rows_linear.cpp", "bf16_packed_linear.cpp", *_AVX2_SHARED],
+                    [*_AVX2_FLAGS, "-DSPECDEC_PACKED_HEAD"]),
+    "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", *_AVX2_SHARED],
              _AVX2_FLAGS),
 }
 

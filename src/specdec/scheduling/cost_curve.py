@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.models.runtime import ForwardCall, ModelRuntime, forward_batch
 
 ROW_COUNTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -109,7 +110,7 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
 
     def argmaxes() -> None:
         for i in range(VERIFY_ROWS):
-            logits[i : i + 1].argmax(-1)
+            greedy_argmax(logits[i : i + 1])
 
     curve.verify_ms_per_row = best(argmaxes) / VERIFY_ROWS
     return curve

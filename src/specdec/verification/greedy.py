@@ -4,6 +4,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.verification.result import Verification
 
 
@@ -14,7 +15,7 @@ def verify_greedy(draft: Sequence[int], target_logits: torch.Tensor) -> Verifica
     """
     if target_logits.shape[0] != len(draft) + 1:
         raise ValueError(f"need {len(draft) + 1} rows of target logits for {len(draft)} draft tokens")
-    target = target_logits.argmax(dim=-1).tolist()
+    target = greedy_argmax(target_logits).tolist()
     n = 0
     while n < len(draft) and draft[n] == target[n]:
         n += 1

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.verification.result import Verification
 from specdec.verification.tree import tree_children
 
@@ -68,7 +69,7 @@ def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_lo
     if hidden.shape[0] != n + 1:
         raise ValueError(f"need {n + 1} rows of hidden states for {n} draft tokens")
     if n == 0:  # plain decoding: one row, one call over the whole head
-        return Verification(num_accepted=0, next_token=int(head_logits(hidden, slice(0, vocab_size))[0].argmax()))
+        return Verification(num_accepted=0, next_token=int(greedy_argmax(head_logits(hidden, slice(0, vocab_size))[0])))
     parents = list(range(-1, n - 1)) if parents is None else list(parents)
     if len(parents) != n:
         raise ValueError(f"{len(parents)} parents for {n} draft tokens")
@@ -87,7 +88,7 @@ def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_lo
     bounds = slice_bounds(vocab_size)
     for start, stop in zip(bounds, bounds[1:]):
         logits = head_logits(hidden[rows], slice(start, stop))
-        index = logits.argmax(dim=-1)
+        index = greedy_argmax(logits)
         value = logits.gather(1, index[:, None])[:, 0]
         better = value > best_value[rows]  # strictly: an earlier slice keeps a tie, as argmax does
         best_value[rows] = torch.where(better, value, best_value[rows])

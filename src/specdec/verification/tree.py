@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 import torch
 
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.verification.probabilities import sample
 from specdec.verification.result import Verification
 
@@ -50,7 +51,7 @@ def verify_tree_greedy(tokens: Sequence[int], parents: Sequence[int], target_log
     token is the argmax at the last node kept."""
     _check(tokens, parents, target_logits.shape[0], "target logits")
     children = tree_children(parents)
-    target = target_logits.argmax(dim=-1).tolist()
+    target = greedy_argmax(target_logits).tolist()
     path: list[int] = []
     row = 0
     while True:

@@ -40,6 +40,8 @@ using specdec_bf16::float_to_bf16;
 
 // A sequence with more rows than this runs alone, with the kernels' own threads (a prefill chunk).
 constexpr int64_t kSmallRows = 16;
+// Query rows per task when one sequence's rows are split over the threads.
+constexpr int64_t kRowBlock = 16;
 // Attention spans (see attention_span): the end is rounded up to these many slots.
 constexpr int64_t kWindowStep = 64, kGlobalStep = 256;
 
@@ -104,31 +106,41 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   auto scores = at::empty({kv_heads, gn, len}, keys_t.options().dtype(at::kFloat));
   float* sp = scores.data_ptr<float>();
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
-  for (int64_t h = 0; h < kv_heads; ++h)
-    qk_scores_rows(qf.data() + h * gn * dim, gn, kp + h * dim * capacity, dim, capacity, sp + h * gn * len, len);
-  // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
   const float fscale = static_cast<float>(scale);
   const float* mp = mask.data_ptr<float>();
-  for (int64_t h = 0; h < kv_heads; ++h)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < n; ++j) {
-        float* row = sp + (h * gn + g * n + j) * len;
+  // Blocks of rows on the threads (a prefill chunk's hundreds of rows; a decoding sequence is one block, and
+  // inside attention_batch's own parallel region these loops run serially). Rows are independent, so the
+  // split changes no bits.
+  const int64_t blocks = (gn + kRowBlock - 1) / kRowBlock;
+  at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t h = b / blocks, r0 = (b % blocks) * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
+      qk_scores_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
+                     sp + (h * gn + r0) * len, len);
+      // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t g = r / n, j = r % n;
+        float* row = sp + (h * gn + r) * len;
         const float* mrow = mp + (g * t + rows[j]) * capacity + first;
         for (int64_t c = 0; c < len; ++c) {
           const float scaled = row[c] * fscale;
           row[c] = scaled + mrow[c];
         }
       }
+    }
+  });
   const auto probs = scores.softmax(-1).contiguous();
   const float* fp = probs.data_ptr<float>();
   std::vector<uint16_t> pb(kv_heads * gn * len);  // .to(bfloat16): round to nearest even
-  for (size_t i = 0; i < pb.size(); ++i) pb[i] = float_to_bf16(fp[i]);
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
-  for (int64_t h = 0; h < kv_heads; ++h)
-    for (int64_t g = 0; g < groups; ++g)
-      for (int64_t j = 0; j < n; ++j)
-        probs_values_row(pb.data() + (h * gn + g * n + j) * len, nullptr, vp + h * capacity * dim, first, len, dim,
-                         op + rows[j] * out_row + (h * groups + g) * dim);
+  at::parallel_for(0, kv_heads * gn, kRowBlock, [&](int64_t r0, int64_t r1) {
+    for (int64_t hr = r0; hr < r1; ++hr) {  // hr = (h * groups + g) * n + j
+      for (int64_t c = hr * len; c < (hr + 1) * len; ++c) pb[c] = float_to_bf16(fp[c]);
+      const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
+      probs_values_row(pb.data() + hr * len, nullptr, vp + h * capacity * dim, first, len, dim,
+                       op + rows[j] * out_row + (h * groups + g) * dim);
+    }
+  });
 }
 
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,

@@ -1,6 +1,6 @@
 // Python bindings of the AVX2 + FMA kernels (built by models/fast_linear.py). On CPUs with AMX-BF16 the same
 // module is built with SPECDEC_AMX and amx_rows_linear.cpp in place of avx2_rows_linear.cpp, on CPUs with
-// AVX512-BF16 with bf16_rows_linear.cpp.
+// AVX512-BF16 with bf16_rows_linear.cpp and (SPECDEC_PACKED_HEAD) bf16_packed_linear.cpp.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
 #include <pybind11/stl.h>
 
@@ -8,8 +8,13 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w);
 #ifdef SPECDEC_AMX
 bool amx_ready();
 #endif
+#ifdef SPECDEC_PACKED_HEAD
+at::Tensor pack_bf16_panels(at::Tensor w);
+at::Tensor packed_rows_linear(at::Tensor x, at::Tensor packed, int64_t n_size, int64_t start, int64_t stop);
+#endif
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
+at::Tensor rows_argmax(at::Tensor x);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
@@ -20,8 +25,14 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_ready", &amx_ready, "whether the OS gave this process the AMX tile state");
 #endif
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
+#ifdef SPECDEC_PACKED_HEAD
+  m.def("pack_bf16_panels", &pack_bf16_panels, "a bfloat16 weight [N, K] in 16-column panels of k pairs");
+  m.def("packed_rows_linear", &packed_rows_linear, "float32 x @ w.T over columns [start, stop) of a packed w, "
+        "row-independent");
+#endif
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
+  m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");
 }
