@@ -53,7 +53,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    "running streams wait while a long prompt is read (default: the engine's, 512)")
     p.add_argument("--kv-cache-memory-gib", type=float, default=None,
                    help="KV caches of the running requests together; admission waits beyond it (default: 4, or "
-                   f"{KV_SHARE_OF_FREE_MEMORY:.0%} of the memory free after loading the model if that is less)")
+                   f"{KV_SHARE_OF_FREE_MEMORY:.0%}% of the memory free after loading the model if that is less)")
     p.add_argument("--prefill-pacing", type=float, default=0.5,
                    help="while requests decode, prefill chunks may slow a step by this share at most (default 0.5: "
                    "a long prompt keeps running streams' inter-token gap under 1.5x)")
