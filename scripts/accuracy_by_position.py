@@ -11,7 +11,7 @@ Positions are bucketed (<256, 256-512, 512-1k, 1-2k, 2-4k tokens). Variants sepa
 - `interp`: full attention with rotary positions squeezed into the trained range (relative distances
   beyond the training lengths vs. the number of keys).
 
-    .venv/bin/python scripts/accuracy_by_position.py drafters/gemma-3-270m-eagle3 --variants full,static
+    .venv/bin/python scripts/accuracy_by_position.py gemma-3-270m-eagle3 --variants full,static
     .venv/bin/python scripts/accuracy_by_position.py gemma-3-270m-eagle3 --data data/long-256 --json out/a.json
 
 Texts: without --data, WikiText-2 articles held out for the benchmarks (never trained on), Topical-Chat
@@ -116,12 +116,12 @@ def main() -> None:
 
     from specdec.api import LLM
     from specdec.bench.prompts import render_prompt
-    from specdec.drafting.eagle3 import resolve_drafter_path
+    from specdec.drafting.shipped import resolve_drafter
     from specdec.training.eagle3_objective import ttt_loss
     from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
 
     target = LLM("gemma-3-270m").model
-    options = Eagle3TrainOptions(init_from=resolve_drafter_path(args.drafter), score_prompt=True)
+    options = Eagle3TrainOptions(init_from=resolve_drafter(args.drafter), score_prompt=True)
     cache = Path(args.feature_cache) if args.feature_cache else None
     obj = Eagle3Objective(target, [], options, cache, 8 << 30)
     model = obj.model.eval()

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # EAGLE-3 chains and trees against plain decoding on both prompt sets, on a quiet machine.
-# Usage: scripts/bench_eagle3.sh [drafter dir] ; reports in benchmarks/results/ (JSON + printed tables).
+# Usage: scripts/bench_eagle3.sh [drafter dir or name] ; reports in benchmarks/results/ (JSON + printed tables).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-DRAFTER=${1:-drafters/gemma-3-270m-eagle3}
+DRAFTER=${1:-gemma-3-270m-eagle3}
 OUT=benchmarks/results
 mkdir -p "$OUT"
 MT=../shared/data/eval/mt_bench/question.jsonl

@@ -1,4 +1,4 @@
-"""Writes drafters/*/README.md (model cards) from each drafter's config, training report and the
+"""Writes src/specdec/drafters/*/README.md (model cards) from each drafter's config, training report and the
 benchmark reports of RUNS (scripts/bench_all_methods.sh, then later partial runs). Usage: python
 scripts/drafter_cards.py"""
 
@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+
+from specdec.drafting.shipped import shipped_drafters_dir
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
@@ -21,6 +23,8 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
               "(about 1.6 CPU hours for the first 1,100 samples, 40 minutes for the next 480); later samples came "
               "from `--batch-size 16` (transformers' batched generate, ~90-190 tokens/s on one busy core; ~235 on both "
               "cores for the writing and WikiText-2 prompts, `--kinds writing,summarization,rag`)")
+# The commands as they were run, when the shipped drafters were in the repository's top-level drafters/ folder
+# (now src/specdec/drafters/; --init-from also takes a drafter's name, e.g. gemma-3-270m-eagle3)
 COMMANDS = {
     "eagle3": "specdec train eagle3 --data datasets/gemma-3-270m-distill-128 --output out/train/eagle3-s16b "
               "--init-from drafters/gemma-3-270m-eagle3 --max-steps 700 --tokens-per-step 2048 --warmup-steps 20 "
@@ -48,7 +52,7 @@ COMMANDS = {
                  "1,588 to 2,714 samples while `specdec data generate` still made the second, re-read at every epoch"
                  " by `--follow-data` from `data/mix18",
 }
-# Earlier stages of a drafter that was fine-tuned (--init-from): drafters/<name>/training_stages.json, each
+# Earlier stages of a drafter that was fine-tuned (--init-from): <drafter>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
 # stopped at a checkpoint, of its train_log.jsonl), and an optional note
 STAGES_FILE = "training_stages.json"
@@ -269,7 +273,7 @@ def card(directory: Path) -> str:
 
 
 def main() -> None:
-    for directory in sorted((ROOT / "drafters").iterdir()):
+    for directory in sorted(shipped_drafters_dir().iterdir()):
         if (directory / "config.json").is_file() and (directory / "training_report.json").is_file():
             if not bench_rows(directory.name, directory.name) and (directory / "README.md").is_file():
                 print(f"kept {directory / 'README.md'} (not in the latest bench run)")

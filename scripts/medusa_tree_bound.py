@@ -24,8 +24,8 @@ from pathlib import Path
 
 import torch
 
-from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_model import tree_from_accuracy
+from specdec.drafting.shipped import resolve_drafter
 from specdec.training.features import FeatureExtractor
 from specdec.training.self_distill import read_samples
 
@@ -96,7 +96,7 @@ def main() -> None:
     sets = {name: rank_table(heads, features, rows) for name, rows in plain_outputs(plain, Path(args.cache),
                                                                                      args.mt_limit).items()}
     train_ranks = rank_table(heads, features, train_rows)
-    accuracy = json.loads((resolve_drafter_path(args.drafter) / "config.json").read_text())["specdec"]["head_rank_accuracy"]
+    accuracy = json.loads((resolve_drafter(args.drafter) / "config.json").read_text())["specdec"]["head_rank_accuracy"]
     for name, ranks in {**sets, "training samples": train_ranks}.items():
         print(f"{name} ({len(ranks)} positions): top-1 per head "
               + ", ".join(f"{(ranks[:, k] == 0).float().mean():.2f}" for k in range(ranks.shape[1])))

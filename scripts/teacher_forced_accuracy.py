@@ -8,7 +8,7 @@ inference bug (this high, the bench low). A bench step starts where the last one
 bench's first-position rate is somewhat lower than this per-token average even for a correct engine.
 
     .venv/bin/python scripts/teacher_forced_accuracy.py mtp gemma-3-270m-mtp [--steps 6]
-    .venv/bin/python scripts/teacher_forced_accuracy.py dflash drafters/gemma-3-270m-dflash-b8
+    .venv/bin/python scripts/teacher_forced_accuracy.py dflash gemma-3-270m-dflash-b8
 
 Uses the plain outputs cached by scripts/context_vocab_accuracy.py (out/plain-outputs.json; made if
 missing). Diagnostic only: nothing here is trained on.
@@ -22,7 +22,7 @@ from pathlib import Path
 import torch
 
 from specdec.api import LLM
-from specdec.drafting.eagle3 import resolve_drafter_path
+from specdec.drafting.shipped import resolve_drafter
 from specdec.training.self_distill import Sample
 
 from context_vocab_accuracy import plain_outputs  # scripts/ is on sys.path when a script here runs
@@ -57,7 +57,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     plain = LLM("gemma-3-270m")
     outputs = plain_outputs(plain, Path(args.cache), args.mt_limit)
-    obj = objective(args.method, resolve_drafter_path(args.drafter), plain.model, args.steps, not args.static_vocab)
+    obj = objective(args.method, resolve_drafter(args.drafter), plain.model, args.steps, not args.static_vocab)
     obj.model.eval()
     for name, rows in outputs.items():
         correct: list[int] = []

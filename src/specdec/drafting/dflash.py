@@ -29,8 +29,8 @@ from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import grow_tree
-from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.registry import register
+from specdec.drafting.shipped import resolve_drafter
 
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
@@ -74,7 +74,7 @@ class DFlashProposer(Proposer):
         if target.decoder is None:
             raise ValueError("dflash needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
-        path = resolve_drafter_path(options.model)
+        path = resolve_drafter(options.model)
         drafter = self.drafter = shared_drafter(target, "dflash", path,
                                                 lambda: load_dflash(path, target)[0].ready_for(target))
         self.target_layers = drafter.config.runtime_layers

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 import torch
@@ -23,6 +22,7 @@ from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache
 from specdec.drafting.registry import register
+from specdec.drafting.shipped import resolve_drafter
 from specdec.models.fast_linear import linear_float
 from specdec.verification.probabilities import sample, sampling_probs
 
@@ -30,19 +30,6 @@ if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
     from specdec.models.runtime import ForwardResult
     from specdec.sampling_params import SamplingParams
-
-DRAFTERS_DIR = Path(__file__).resolve().parents[3] / "drafters"
-
-
-def resolve_drafter_path(model: str) -> Path:
-    """A drafter directory, or the name of one shipped in the repository's drafters/ folder."""
-    path = Path(model).expanduser()
-    if path.is_dir():
-        return path
-    shipped = DRAFTERS_DIR / model
-    if shipped.is_dir():
-        return shipped
-    raise ValueError(f"drafter not found: {model!r} is neither a directory nor a drafter in {DRAFTERS_DIR}")
 
 
 @dataclass
@@ -81,7 +68,7 @@ class Eagle3Proposer(Proposer):
         if target.decoder is None:
             raise ValueError("eagle3 needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
-        path = resolve_drafter_path(options.model)
+        path = resolve_drafter(options.model)
         drafter = self.drafter = shared_drafter(target, "eagle3", path,
                                                 lambda: load_eagle3(path, target)[0].ready_for(target))
         self.target_layers = tuple(drafter.config.aux_layer_ids)

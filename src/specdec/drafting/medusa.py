@@ -23,7 +23,6 @@ from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import TreeNode, grow_tree, min_score
-from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.medusa_format import load_medusa
 from specdec.drafting.medusa_model import (
     TOP_K,
@@ -35,6 +34,7 @@ from specdec.drafting.medusa_model import (
     tree_parents,
 )
 from specdec.drafting.registry import register
+from specdec.drafting.shipped import resolve_drafter
 from specdec.models.fast_linear import linear_float
 
 if TYPE_CHECKING:
@@ -86,7 +86,7 @@ class MedusaProposer(Proposer):
         super().__init__(options, target)
         if target.decoder is None:
             raise ValueError("medusa needs the target's final hidden states, which only the native runtime provides")
-        path = resolve_drafter_path(options.model)
+        path = resolve_drafter(options.model)
 
         def build() -> tuple[MedusaHeads, dict[str, Any]]:
             heads, config = load_medusa(path, target)

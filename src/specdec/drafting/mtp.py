@@ -26,11 +26,11 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.eagle3 import resolve_drafter_path
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
 from specdec.drafting.mtp_tree import draft_trees
 from specdec.drafting.registry import register
+from specdec.drafting.shipped import resolve_drafter
 from specdec.models.attention_mask import build_mask
 from specdec.models.kv_cache import KVCache
 from specdec.verification.probabilities import sample, sampling_probs
@@ -203,7 +203,7 @@ class MTPProposer(Proposer):
         super().__init__(options, target)
         if target.decoder is None:
             raise ValueError("mtp needs the target's hidden states, which only the native runtime provides")
-        path = None if options.model is None else resolve_drafter_path(options.model)
+        path = None if options.model is None else resolve_drafter(options.model)
 
         def build() -> MTPDrafter:
             drafter = load_checkpoint_mtp(target) if path is None else load_mtp(path, target)[0]

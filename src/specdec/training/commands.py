@@ -70,7 +70,7 @@ def cmd_train_eagle3(args: argparse.Namespace) -> int:
         draft_vocab_size=args.draft_vocab_size,
         aux_layers=[int(x) for x in args.aux_layers.split(",")] if args.aux_layers else None,
         ttt_steps=args.ttt_steps, loss_decay=args.loss_decay, noise_std=args.noise_std,
-        score_prompt=score_prompt, init_from=Path(args.init_from) if args.init_from else None,
+        score_prompt=score_prompt, init_from=_init_from(args.init_from),
         context_vocab=not args.no_context_vocab,
     )
     report = train_eagle3(target, load(), Path(args.output), _train_settings(args), options,
@@ -99,8 +99,13 @@ def _loader(args: argparse.Namespace, target):
     return load
 
 
-def _path(text: str | None) -> Path | None:
-    return Path(text) if text else None
+def _init_from(text: str | None) -> Path | None:
+    """--init-from: a directory (a drafter, a checkpoint), or a drafter's name (drafting/shipped.py)."""
+    if not text:
+        return None
+    from specdec.drafting.shipped import resolve_drafter
+
+    return Path(text) if Path(text).exists() else resolve_drafter(text)
 
 
 def _layers(text: str | None) -> list[int] | None:
@@ -127,7 +132,7 @@ def cmd_train_medusa(args: argparse.Namespace) -> int:
     options = MedusaTrainOptions(draft_vocab_size=args.draft_vocab_size, num_heads=args.num_heads,
                                  num_layers=args.num_layers, loss_decay=args.loss_decay,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                                 score_prompt=args.prompt_samples != 0, init_from=_init_from(args.init_from),
                                  context_vocab=not args.no_context_vocab, own_lm_heads=args.own_lm_heads)
     return _run_training(args, train_medusa, options)
 
@@ -140,7 +145,7 @@ def cmd_train_mtp(args: argparse.Namespace) -> int:
                               init_layer=None if args.random_init else args.init_layer,
                               feature_layers=_layers(args.feature_layers),
                               num_speculative_tokens=args.num_speculative_tokens,
-                              score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                              score_prompt=args.prompt_samples != 0, init_from=_init_from(args.init_from),
                               context_vocab=not args.no_context_vocab)
     return _run_training(args, train_mtp, options)
 
@@ -153,7 +158,7 @@ def cmd_train_dflash(args: argparse.Namespace) -> int:
                                  mask_token_id=args.mask_token_id, num_anchors=args.num_anchors,
                                  loss_gamma=args.loss_gamma, seed=args.seed,
                                  feature_layers=_layers(args.feature_layers),
-                                 score_prompt=args.prompt_samples != 0, init_from=_path(args.init_from),
+                                 score_prompt=args.prompt_samples != 0, init_from=_init_from(args.init_from),
                                  context_vocab=not args.no_context_vocab)
     return _run_training(args, train_dflash, options)
 
@@ -162,21 +167,21 @@ def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
     from specdec.training.self_distill import read_data
     from specdec.training.shrink_vocab import shrink_drafter_vocab
 
-    from specdec.drafting.eagle3 import resolve_drafter_path
+    from specdec.drafting.shipped import resolve_drafter
 
-    report = shrink_drafter_vocab(resolve_drafter_path(args.drafter), Path(args.output), read_data(args.data),
+    report = shrink_drafter_vocab(resolve_drafter(args.drafter), Path(args.output), read_data(args.data),
                                   args.draft_vocab_size)
     print(json.dumps(report, indent=1))
     return 0
 
 
 def cmd_drafter_export_vllm(args: argparse.Namespace) -> int:
-    from specdec.drafting.eagle3 import resolve_drafter_path
     from specdec.drafting.medusa_format import load_medusa
     from specdec.drafting.medusa_vllm import write_vllm_medusa
+    from specdec.drafting.shipped import resolve_drafter
     from specdec.models.loading import load_model
 
-    source = resolve_drafter_path(args.drafter)
+    source = resolve_drafter(args.drafter)
     kind = json.loads((source / "config.json").read_text()).get("speculators_model_type")
     if kind != "medusa":
         raise SystemExit(f"export-vllm converts medusa drafters (vLLM's own Medusa layout); {source} holds {kind!r}, "
@@ -262,7 +267,7 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     drafter_sub = drafter.add_subparsers(dest="drafter_command", required=True)
     shrink = drafter_sub.add_parser(
         "shrink-vocab", help="keep a drafter's most frequent draft tokens only (cheaper draft steps, no retraining)")
-    shrink.add_argument("drafter", help="drafter directory (any learned method)")
+    shrink.add_argument("drafter", help="drafter directory or name (any learned method)")
     shrink.add_argument("--data", required=True, help="directory from `specdec data generate`: ranks the tokens")
     shrink.add_argument("--draft-vocab-size", type=int, required=True)
     shrink.add_argument("--output", required=True, help="the new drafter directory")
@@ -306,7 +311,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--feature-cache", default=None, help="cache target features here (bounded by --cache-budget-gb)")
     e3.add_argument("--cache-budget-gb", type=float, default=4.0)
     e3.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
-    e3.add_argument("--init-from", default=None, help="start from this EAGLE-3 drafter (weights and vocabulary)")
+    e3.add_argument("--init-from", default=None,
+                    help="start from this EAGLE-3 drafter (weights and vocabulary; a directory or a drafter name)")
     _context_vocab_arg(e3)
     _common(e3)
     e3.set_defaults(func=cmd_train_eagle3)
@@ -319,7 +325,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     medusa.add_argument("--loss-decay", type=float, default=0.8, help="head k weighted decay**k")
     medusa.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     medusa.add_argument("--init-from", default=None,
-                        help="start from these Medusa heads (their shape, weights and vocabulary)")
+                        help="start from these Medusa heads (their shape, weights and vocabulary; a directory or a "
+                             "drafter name)")
     medusa.add_argument("--own-lm-heads", action=argparse.BooleanOptionalAction, default=None,
                         help="every head its own vocabulary projection over the draft vocabulary (Medusa-1; started "
                              "from the target's LM head rows; draft_vocab x hidden weights per head) instead of "
@@ -338,7 +345,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     mtp.add_argument("--num-speculative-tokens", type=int, default=3, help="written into the drafter's config")
     mtp.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     mtp.add_argument("--init-from", default=None,
-                     help="start from this MTP drafter (its modules, weights and vocabulary; --init-layer does not apply)")
+                     help="start from this MTP drafter (its modules, weights and vocabulary; "
+                          "--init-layer does not apply; a directory or a drafter name)")
     _context_vocab_arg(mtp)
     mtp.set_defaults(func=cmd_train_mtp)
 
@@ -359,5 +367,6 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
                         help="slot i weighted exp(-(i-1)/gamma) (default 7 for B > 8, else 4)")
     dflash.add_argument("--prompt-samples", type=int, default=0, help=PROMPT_SAMPLES_HELP)
     dflash.add_argument("--init-from", default=None,
-                        help="start from this DFlash drafter (its layers, weights, mask token and vocabulary)")
+                        help="start from this DFlash drafter (its layers, weights, mask token and vocabulary; "
+                             "a directory or a drafter name)")
     dflash.set_defaults(func=cmd_train_dflash)
