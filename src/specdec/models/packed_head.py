@@ -14,6 +14,7 @@ how many rows share the call.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import torch
 
@@ -23,7 +24,7 @@ from specdec.models import fast_linear
 class PackedHead:
     """`linear_float` / `linear_columns`, as quantization.QuantizedWeight offers them, over a dense bf16 head."""
 
-    def __init__(self, weight: torch.Tensor, kernel) -> None:  # noqa: ANN001 (a compiled extension module)
+    def __init__(self, weight: torch.Tensor, kernel: Any) -> None:  # kernel: the compiled extension module
         self.weight = weight  # the dense rows, shared with the embedding or lm_head (for token-id columns)
         self.kernel = kernel
         self.out_features = int(weight.shape[0])
