@@ -52,6 +52,14 @@ def test_the_decoder_scores_its_head_through_the_packed_panels(tmp_path):
     assert torch.equal(decoder.logits(hidden, slice(3, 40)), logits[:, 3:40])
     assert torch.equal(decoder.logits(hidden, torch.tensor([7, 1, 7])), logits[:, [7, 1, 7]])
     assert decoder.truncated(1).packed_head is decoder.packed_head
+    packed = decoder.packed_head
+    assert decoder.prepare().packed_head is packed  # unchanged weights: not packed again
+    with torch.no_grad():
+        decoder.head_weight()[3] += 1  # changed in place: packed anew, so the logits follow the weights
+    assert decoder.prepare().packed_head is not packed
+    fresh = PackedHead.build(decoder.head_weight())
+    assert torch.equal(decoder.packed_head.linear_float(hidden), fresh.linear_float(hidden))
+    assert not torch.equal(decoder.packed_head.linear_float(hidden)[:, 3], packed.linear_float(hidden)[:, 3])
 
 
 def test_no_packed_head_for_other_dtypes():

@@ -398,7 +398,11 @@ class Decoder(nn.Module):
         self.final_scale = norm_scale(self.final_norm, self.arch.gemma_norm)
         for layer in self.layers:
             layer.prepare()
-        self.packed_head = PackedHead.build(self.head_weight()) if self.quantized_head is None else None
+        head = self.head_weight()
+        if self.quantized_head is not None:
+            self.packed_head = None
+        elif self.packed_head is None or not self.packed_head.packs(head):  # loading prepares twice: pack once
+            self.packed_head = PackedHead.build(head)
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self
 

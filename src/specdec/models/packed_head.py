@@ -28,7 +28,12 @@ class PackedHead:
         self.weight = weight  # the dense rows, shared with the embedding or lm_head (for token-id columns)
         self.kernel = kernel
         self.out_features = int(weight.shape[0])
+        self.version = weight._version  # in-place changes bump it: the panels are then stale
         self.panels = kernel.pack_bf16_panels(weight.detach())
+
+    def packs(self, weight: torch.Tensor) -> bool:
+        """Whether these panels are `weight` as it is now (the same tensor, not changed in place since)."""
+        return weight is self.weight and weight._version == self.version
 
     @staticmethod
     def build(weight: torch.Tensor) -> PackedHead | None:

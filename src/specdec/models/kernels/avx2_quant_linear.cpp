@@ -33,6 +33,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "quant_linear_args.h"
+
 namespace {
 
 constexpr int64_t kBlock = 32;
@@ -174,19 +176,8 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind) {
-  TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
-  TORCH_CHECK(kind == 0 || kind == 1, "kind 0 (s8) or 1 (u4)");
-  x = x.to(at::kFloat).contiguous();
-  const int64_t m_size = x.size(0), k_size = x.size(1);
-  TORCH_CHECK(k_size % kBlock == 0, "K must be a multiple of 32");
-  const int64_t blocks = k_size / kBlock, tiles = quants.size(0);
-  TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : 4) &&
-              quants.size(3) == kTile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
-  TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
-  TORCH_CHECK(scales.scalar_type() == at::kFloat && scales.numel() == tiles * blocks * kTile, "scales layout");
-  const bool sub = kind == 0 && sub_scales.numel() > 0;
-  if (sub) TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * kTile * 2, "sub");
-  if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * kTile, "mins");
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
+  const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
   const int64_t n_size = tiles * kTile;
   auto y = at::empty({m_size, n_size}, x.options());
   if (m_size == 0 || n_size == 0) return y;
