@@ -14,6 +14,10 @@ Draft length per step, across a batch:
 - `"num_speculative_tokens_by_batch_size": [[first, last, k], ...]`: k while the number of running
   sequences is in [first, last] (vLLM's per-batch-size speculation length); outside every range, the
   method's num_speculative_tokens.
+
+A learned drafter's config.json may store its measured best settings (speculators' `proposal_methods`):
+every key the user leaves out is taken from there before the method's own defaults (see
+drafting/proposal_settings.py for which stored entry applies). With "auto", a stored draft length is the cap.
 """
 
 from __future__ import annotations
@@ -23,9 +27,10 @@ import json
 import types
 import typing
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from specdec.drafting.proposal_settings import drafter_defaults
 from specdec.drafting.registry import available_methods, get_method
 
 
@@ -38,6 +43,8 @@ class SpeculativeConfig:
     options: Any  # the method's Options dataclass instance
     auto: bool = False  # "num_speculative_tokens": "auto"
     by_batch_size: tuple[tuple[int, int, int], ...] = ()  # (first, last, k) ranges of running sequences
+    # keys taken from the drafter's stored best settings, not from the user (drafting/proposal_settings.py)
+    from_drafter: tuple[str, ...] = field(default=(), compare=False)
 
     @property
     def num_speculative_tokens(self) -> int:
@@ -90,8 +97,16 @@ class SpeculativeConfig:
                 data.pop("model")
         proposer = get_method(method)
         auto, by_batch_size = _schedule(data, proposer.Options)
-        return cls(method=method, options=parse_options(proposer.Options, data, method), auto=auto,
-                   by_batch_size=by_batch_size)
+        stored, source = drafter_defaults(method, proposer.Options, data)
+        try:
+            options = parse_options(proposer.Options, {**data, **stored}, method)
+        except ValueError as exc:
+            if not stored:
+                raise
+            parse_options(proposer.Options, data, method)  # the user's own mistakes are reported as such
+            raise ValueError(f"{exc} (with the settings stored in {source}: {stored})") from exc
+        return cls(method=method, options=options, auto=auto, by_batch_size=by_batch_size,
+                   from_drafter=tuple(sorted(stored)))
 
 
 def _schedule(data: dict[str, Any], options_class: type) -> tuple[bool, tuple[tuple[int, int, int], ...]]:

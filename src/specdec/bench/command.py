@@ -2,7 +2,8 @@
 
     specdec bench --prompts FILE.jsonl [--model M] [--speculative-config JSON] [--dtype D] [--device DEV]
                   [--limit N] [--categories a,b] [--per-category N] [--max-new-tokens 128] [--temperature 0] [--seed 0]
-                  [--warmup 1] [--include-transformers] [--output FILE.json]
+                  [--warmup 1] [--include-transformers] [--output FILE.json] [--plot DIR]
+    specdec bench --from-report FILE.json [--from-report ...] --plot DIR   (figures from saved reports, no run)
 
 Prompt file: jsonl, MT-Bench lines (question_id, category, turns) or lines with `prompt` (optional
 `category`). Every turn is benchmarked as its own generation. Without a chat template the first turn is
@@ -33,6 +34,10 @@ turn but the last) replays those answers and only its last turn is benchmarked.
 
 speedup = sum of plain seconds / sum of speculative seconds over the same prompts, measured back to back
 per prompt. The last line printed is the JSON of the `overall` object.
+
+--plot DIR writes PNGs (bench/plots.py): acceptance per draft position, speedup per category, and tokens/s
+against K where several configs differ only in num_speculative_tokens. --from-report FILE.json (repeatable)
+draws them from saved reports without running anything.
 """
 
 
@@ -49,7 +54,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     bench.add_argument(
-        "--prompts", required=True, help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}"
+        "--prompts", default=None,
+        help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}; required unless --from-report",
     )
     add_model_args(bench)
     bench.add_argument("--limit", type=int, default=None, help="first N questions (after --categories, --per-category)")
@@ -75,12 +81,24 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         "most B running, per B plain and each speculative config (first turns; a PNG plot beside --output)",
     )
     bench.add_argument("--output", default=None, help="write the full JSON report here")
+    bench.add_argument("--plot", default=None, metavar="DIR",
+                       help="write PNG figures here: acceptance per draft position, speedup per category, "
+                       "tokens/s against K (where a K sweep ran)")
+    bench.add_argument("--from-report", action="append", default=None, metavar="FILE.json",
+                       help="draw --plot's figures from this saved report instead of running (repeatable)")
     bench.add_argument("--no-progress", action="store_true", help="no progress bar")
     bench.set_defaults(func=cmd_bench)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
     from rich.console import Console
+
+    if args.from_report:
+        return _cmd_plot_saved(args)
+    if not args.prompts:
+        raise ValueError("specdec bench needs --prompts FILE.jsonl (or --from-report FILE.json with --plot DIR)")
+    if args.plot and Path(args.plot).exists() and not Path(args.plot).is_dir():
+        raise ValueError(f"--plot: {args.plot} exists and is not a directory")
 
     from specdec.bench.runner import run_bench
     from specdec.bench.table import print_comparison, print_report
@@ -132,6 +150,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {path}")
+    _plot(report, "this run", args.plot, console)
     print(json.dumps(report["comparison"] if "runs" in report else report["overall"]), flush=True)
     return 0
 
@@ -161,6 +180,7 @@ def _cmd_quantized(args: argparse.Namespace, config: object, categories: list[st
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(report, indent=2) + "\n")
         console.print(f"report written to {path}")
+    _plot(report, "this run", args.plot, console)
     print(json.dumps(report["quantized_comparison"]), flush=True)
     return 0
 
@@ -191,5 +211,40 @@ def _cmd_batched(args: argparse.Namespace, config: object, categories: list[str]
         path.write_text(json.dumps(report, indent=2) + "\n")
         plot_batch_bench(report, path.with_suffix(".png"))
         console.print(f"report written to {path} and {path.with_suffix('.png')}")
+    _plot(report, "this run", args.plot, console)
     print(json.dumps(report["rows"]), flush=True)
     return 0
+
+
+def _plot(report: dict, source: str, out_dir: str | None, console: object) -> None:
+    """--plot after a run: the figures this report allows."""
+    if not out_dir:
+        return
+    from specdec.bench.plots import runs_of, write_plots
+
+    runs, batched = runs_of(report, source)
+    _print_written(write_plots(runs, batched, out_dir), console)
+
+
+def _cmd_plot_saved(args: argparse.Namespace) -> int:
+    """--from-report: figures from saved reports; nothing is run, so no run option may be given."""
+    from rich.console import Console
+
+    from specdec.bench.plots import load_reports, write_plots
+
+    if not args.plot:
+        raise ValueError("--from-report draws figures from saved reports: give --plot DIR too")
+    if args.prompts or args.output or args.batch_size:
+        raise ValueError("--from-report runs nothing: drop --prompts, --output and --batch-size")
+    runs, batched = load_reports(args.from_report)
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    _print_written(write_plots(runs, batched, args.plot), console)
+    return 0
+
+
+def _print_written(written: dict[str, str | None], console: object) -> None:
+    for name, path in written.items():
+        if path is None:
+            console.print(f"{name}: not written (the report has nothing to draw for it, e.g. no K sweep)")
+        else:
+            console.print(f"figure written to {path}")

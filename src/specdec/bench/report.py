@@ -59,17 +59,18 @@ def aggregate(results: Sequence[PromptResult]) -> dict[str, Any]:
     per_prompt = [r.baseline_seconds / r.speculative_seconds for r in results if r.speculative_seconds]
     base_decode = base_s - sum(r.baseline_prefill_seconds for r in results)
     spec_decode = spec_s - stats.prefill_seconds
+    # seconds to the microsecond: a short run's ratios must follow from the rounded figures
     return {
         "prompts": len(results),
         "new_tokens": base_tokens,
         "speculative_new_tokens": spec_tokens,
-        "baseline_seconds": round(base_s, 4),
-        "speculative_seconds": round(spec_s, 4),
+        "baseline_seconds": round(base_s, 6),
+        "speculative_seconds": round(spec_s, 6),
         "speedup": _rate(base_s, spec_s),
         # robust to one prompt hit by machine noise (the sum-based speedup above is the headline number)
         "median_prompt_speedup": round(statistics.median(per_prompt), 4) if per_prompt else 0.0,
-        "baseline_prefill_seconds": round(base_s - base_decode, 4),
-        "speculative_prefill_seconds": round(stats.prefill_seconds, 4),
+        "baseline_prefill_seconds": round(base_s - base_decode, 6),
+        "speculative_prefill_seconds": round(stats.prefill_seconds, 6),
         "decode_speedup": _rate(base_decode, spec_decode),
         "baseline_tokens_per_second": _rate(base_tokens, base_s, 2),
         "speculative_tokens_per_second": _rate(spec_tokens, spec_s, 2),

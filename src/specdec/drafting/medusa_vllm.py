@@ -7,8 +7,16 @@ with a truncated vocabulary `token_map` (the target id of each draft row, any or
 
 Read here into our layout: ResBlocks (a missing bias is zero), own projections (a shared one copied to
 every head), the token map as the draft vocabulary (sorted, its rows with it). `write_vllm_medusa` writes
-our heads in this layout, so they serve on vLLM (`--speculative-config '{"method": "medusa", "model": DIR}'`):
-heads that share the target's LM head get its draft-vocabulary rows stored once (`original_lm_head`).
+our heads in this layout, so they serve on vLLM (`--speculative-config '{"method": "medusa", "model": DIR}'`).
+
+vLLM 0.32 cannot load a checkpoint with a `token_map`: `Medusa.load_weights` turns it into an
+`nn.Parameter` but leaves it out of the names it reports as loaded, so the loader's strict check
+(`DefaultModelLoader.track_weights_loading`) fails with "Following weights were not initialized from
+checkpoint: {'token_map'}". So heads that share the target's LM head are written with the *whole* head
+(`original_lm_head`, `truncated_vocab_size == vocab_size`, no token map): they then draft over the full
+vocabulary, as our heads do with `context_vocab` for any token. Heads with their own projections over a
+reduced vocabulary have no rows for the other tokens, so they are only written with the token map
+(`token_map=True`), which vLLM loads with `model_loader_extra_config={"enable_weights_track": False}`.
 """
 
 from __future__ import annotations
@@ -77,13 +85,33 @@ def read_vllm_medusa(directory: Path, config: dict[str, Any], target_vocab_size:
     return fields, tensors, ids
 
 
-def write_vllm_medusa(directory: Path, heads: MedusaHeads, dtype: torch.dtype = torch.bfloat16,
+TOKEN_MAP_FAILURE = ("vLLM 0.32 fails to load a Medusa checkpoint with a token_map (\"Following weights were not "
+                     "initialized from checkpoint: {'token_map'}\"): Medusa.load_weights registers it as a parameter "
+                     "but does not report it as loaded")
+
+
+def write_vllm_medusa(directory: Path, heads: MedusaHeads, target_head: torch.Tensor | None = None,
+                      token_map: bool = False, dtype: torch.dtype = torch.bfloat16,
                       rank_accuracy: list[list[float]] | None = None) -> dict[str, Any]:
-    """Writes `heads` (attached to their target) as a vLLM Medusa checkpoint; returns its config. The heads'
-    measured rank accuracy (our default tree's source) rides along under `specdec`, which vLLM ignores."""
+    """Writes `heads` (attached to their target) as a vLLM Medusa checkpoint; returns its config.
+
+    `target_head` [vocab, H]: the target's whole LM head, stored for heads that share it (see the module
+    note). `token_map=True` keeps a reduced draft vocabulary as vLLM's token map instead (vLLM 0.32 then
+    needs `model_loader_extra_config={"enable_weights_track": False}`). The heads' measured rank accuracy
+    (our default tree's source) rides along under `specdec`, which vLLM ignores."""
     # vLLM's Medusa applies no final soft-cap; a target's is monotonic, so the heads' ranking (vLLM drafts
     # each head's top-1) is the same
     c = heads.config
+    reduced = c.draft_vocab_size < c.vocab_size
+    whole_head = reduced and not token_map  # the reduced vocabulary widened to the target's whole head
+    if whole_head and c.own_lm_heads:
+        raise ValueError(f"these heads have their own {c.draft_vocab_size}-row projections, not the target's "
+                         f"{c.vocab_size}-token head, so they can only be written with a token map, and "
+                         f"{TOKEN_MAP_FAILURE}; pass token_map=True and load them in vLLM with "
+                         "model_loader_extra_config={'enable_weights_track': False}")
+    if whole_head and target_head is None:
+        raise ValueError("heads that share the target's LM head need target_head (the whole head) to be written "
+                         "without a token map")
     tensors: dict[str, torch.Tensor] = {}
     for k in range(c.num_heads):
         for j in range(c.num_layers):
@@ -91,13 +119,13 @@ def write_vllm_medusa(directory: Path, heads: MedusaHeads, dtype: torch.dtype = 
             tensors[f"blocks.{k}.layers.{j}.weight"] = block.weight
             tensors[f"blocks.{k}.layers.{j}.bias"] = block.bias
     for k in range(c.num_heads if c.own_lm_heads else 1):
-        tensors[f"lm_heads.{k}.weight"] = heads.head_rows_of(k)
-    truncated = c.draft_vocab_size < c.vocab_size
-    if truncated:
+        tensors[f"lm_heads.{k}.weight"] = target_head if whole_head else heads.head_rows_of(k)
+    if reduced and token_map:
         tensors["token_map"] = heads.draft_ids()
+    rows = c.draft_vocab_size if reduced and token_map else c.vocab_size
     config = {"model_type": "medusa", "architectures": ["MedusaModel"], "hidden_size": c.hidden_size,
               "vocab_size": c.vocab_size, "num_heads": c.num_heads, "num_hidden_layers": c.num_layers,
-              "truncated_vocab_size": c.draft_vocab_size, "medusa_fc_bias": True,
+              "truncated_vocab_size": rows, "medusa_fc_bias": True,
               "original_lm_head": not c.own_lm_heads, "max_paths": 64, "topk": 10,
               **({"specdec": {"head_rank_accuracy": rank_accuracy}} if rank_accuracy else {})}
     directory.mkdir(parents=True, exist_ok=True)

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from specdec.atomic_write import write_text_atomic
 from specdec.defaults import DEFAULT_MODEL
 from specdec.models.architecture import is_native
 from specdec.models.decoder import Decoder
@@ -67,6 +68,7 @@ def _gguf_snapshot(gguf_path: Path, dtype: torch.dtype) -> Path:
     key = f"{gguf_path.stem}-{stat.st_size}-{int(stat.st_mtime)}-{str(dtype).removeprefix('torch.')}"
     folder = cache_dir() / "gguf" / key
     if (folder / "done").exists():
+        _add_architectures(folder)  # folders written before the field was
         return folder
     from safetensors.torch import save_file
     from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -77,6 +79,9 @@ def _gguf_snapshot(gguf_path: Path, dtype: torch.dtype) -> Path:
     folder.mkdir(parents=True, exist_ok=True)
     config = model.config.to_dict()
     config.pop("quantization_config", None)
+    # what save_pretrained would write; without it vLLM cannot tell the model class (it guessed an
+    # embedding model for Gemma 3)
+    config["architectures"] = [type(model).__name__]
     config["torch_dtype"] = str(dtype).removeprefix("torch.")
     (folder / "config.json").write_text(json.dumps(config, indent=2))
     state = {k: v.detach().to(dtype).contiguous() for k, v in model.state_dict().items()}
@@ -86,6 +91,23 @@ def _gguf_snapshot(gguf_path: Path, dtype: torch.dtype) -> Path:
     tokenizer.save_pretrained(folder)
     (folder / "done").write_text(str(gguf_path))
     return folder
+
+
+def _add_architectures(folder: Path) -> None:
+    """Gives a snapshot's config.json the `architectures` field when it lacks one: the causal-LM class
+    transformers maps its model type to."""
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    path = folder / "config.json"
+    config = json.loads(path.read_text())
+    if config.get("architectures"):
+        return
+    name = MODEL_FOR_CAUSAL_LM_MAPPING_NAMES.get(config.get("model_type", ""))
+    if name is None:
+        raise ValueError(f"{path}: no architectures field and no causal-LM class known for model type "
+                         f"{config.get('model_type')!r}")
+    config["architectures"] = [name]
+    write_text_atomic(path, json.dumps(config, indent=2))
 
 
 @dataclass
@@ -152,6 +174,11 @@ def _local_model_path(name: str, dtype: torch.dtype) -> str:
             f"model {name!r} is not an alias ({', '.join(ALIASES)}), a GGUF file, a local folder or a hub id"
         )
     return path
+
+
+def local_model_folder(name: str, dtype: str | torch.dtype = "bfloat16") -> str:
+    """The folder (or hub id) `load_model(name, dtype)` reads: for a GGUF file, our converted snapshot."""
+    return _local_model_path(name, resolve_dtype(dtype))
 
 
 def load_tokenizer(name: str = DEFAULT_MODEL, dtype: str | torch.dtype = "bfloat16") -> Any:

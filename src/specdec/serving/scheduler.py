@@ -113,7 +113,8 @@ class Scheduler:
 
     @property
     def alive(self) -> bool:
-        return self.thread is not None and self.thread.is_alive()
+        # `died` is set before the failed requests are told, so the thread may still be winding down then
+        return self.thread is not None and self.thread.is_alive() and self.died is None
 
     def start(self) -> None:
         self.thread = threading.Thread(target=self._run, name="specdec-worker", daemon=True)

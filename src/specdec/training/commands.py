@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from pathlib import Path
 
 from specdec.defaults import DEFAULT_MODEL
@@ -176,23 +177,26 @@ def cmd_drafter_shrink_vocab(args: argparse.Namespace) -> int:
 
 
 def cmd_drafter_export_vllm(args: argparse.Namespace) -> int:
-    from specdec.drafting.medusa_format import load_medusa
-    from specdec.drafting.medusa_vllm import write_vllm_medusa
+    from transformers import AutoConfig
+
     from specdec.drafting.shipped import resolve_drafter
-    from specdec.models.loading import load_model
+    from specdec.drafting.vllm_export import ExportRefused, drafter_kind, export_for_vllm, refusal
+    from specdec.models.loading import load_model, local_model_folder
 
     source = resolve_drafter(args.drafter)
-    kind = json.loads((source / "config.json").read_text()).get("speculators_model_type")
-    if kind != "medusa":
-        raise SystemExit(f"export-vllm converts medusa drafters (vLLM's own Medusa layout); {source} holds {kind!r}, "
-                         "whose speculators directory vLLM reads as it is")
+    folder = local_model_folder(args.target)
+    architectures = list(AutoConfig.from_pretrained(folder).architectures or [])
+    reason = refusal(drafter_kind(source), architectures)  # before the target's weights are loaded
+    if reason is not None:
+        print(f"error: {reason}", file=sys.stderr)
+        return 2
     target = load_model(args.target, dtype="bfloat16")
-    if target.decoder is None:
-        raise SystemExit("export-vllm needs the native runtime (the target's LM head)")
-    heads, saved = load_medusa(source, target)
-    heads.attach_target(target.decoder.head_weight())
-    config = write_vllm_medusa(Path(args.output), heads, rank_accuracy=saved.get("specdec", {}).get("head_rank_accuracy"))
-    print(json.dumps({"output": args.output, **config}, indent=1))
+    try:
+        config = export_for_vllm(source, target, folder, Path(args.output), token_map=args.token_map)
+    except ExportRefused as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    print(json.dumps({"output": args.output, "vllm_target": folder, **config}, indent=1))
     return 0
 
 
@@ -265,6 +269,9 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
 
     drafter = sub.add_parser("drafter", help="tools for learned drafter directories")
     drafter_sub = drafter.add_subparsers(dest="drafter_command", required=True)
+    from specdec.training.drafter_info import add_drafter_info_parser
+
+    add_drafter_info_parser(drafter_sub)
     shrink = drafter_sub.add_parser(
         "shrink-vocab", help="keep a drafter's most frequent draft tokens only (cheaper draft steps, no retraining)")
     shrink.add_argument("drafter", help="drafter directory or name (any learned method)")
@@ -273,10 +280,15 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     shrink.add_argument("--output", required=True, help="the new drafter directory")
     shrink.set_defaults(func=cmd_drafter_shrink_vocab)
     export = drafter_sub.add_parser(
-        "export-vllm", help="write a medusa drafter in vLLM's own Medusa layout (blocks, lm_heads, token_map)")
-    export.add_argument("drafter", help="medusa drafter directory or shipped name")
+        "export-vllm", help="write a drafter as vLLM 0.32 loads it (Medusa: vLLM's layout; EAGLE-3: speculators "
+                            "layout with its LM head rows), or say why vLLM cannot run it")
+    export.add_argument("drafter", help="drafter directory or shipped name")
     export.add_argument("--target", default=DEFAULT_MODEL, help="the target it was trained for (its LM head rows are stored)")
     export.add_argument("--output", required=True, help="the new checkpoint directory")
+    export.add_argument("--token-map", action="store_true",
+                        help="Medusa: keep the reduced draft vocabulary as a token_map (vLLM 0.32 then loads it only "
+                             "with model_loader_extra_config={\"enable_weights_track\": false}); default: the "
+                             "target's whole LM head")
     export.set_defaults(func=cmd_drafter_export_vllm)
 
     train = sub.add_parser("train", help="train a learned drafter")

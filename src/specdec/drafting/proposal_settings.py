@@ -1,0 +1,111 @@
+"""A drafter's stored proposal settings: speculators' `proposal_methods` / `default_proposal_method` read as
+speculative_config keys, and the rule by which they fill a user's config.
+
+Each `proposal_methods` entry keeps speculators' own fields (`greedy`: a chain of `speculative_tokens`;
+`dynamic_tree`: `depth`, `expansion_factor` children per node, `speculative_tokens` nodes kept) and may add
+`specdec_options`: the exact speculative_config keys it stands for, including ours that speculators has no
+field for (`confidence_threshold`). Without `specdec_options` the keys are derived from speculators' fields,
+so a drafter written by another tool still gives its draft length.
+
+The rule: keys the user gave win; every other key of the chosen entry is filled in. The chosen entry is the
+default one, unless the user fixed the draft's shape (`tree_top_k`, `medusa_choices`) to another shape; then
+the first stored entry of the user's shape, or none. So `{"method": "eagle3", "model": M}` runs M's stored
+best, `{..., "tree_top_k": 3}` M's stored best tree, and `{..., "num_speculative_tokens": 4}` the best
+entry's other settings with the user's K.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+from specdec.drafting.shipped import DrafterNotFound, resolve_drafter
+
+SPECDEC_OPTIONS = "specdec_options"
+SHAPE_KEYS = ("tree_top_k", "medusa_choices")  # keys that decide whether the draft is a chain or which tree
+
+
+def entry_options(entry: dict[str, Any]) -> dict[str, Any]:
+    """The speculative_config keys one `proposal_methods` entry stands for."""
+    own = entry.get(SPECDEC_OPTIONS)
+    if isinstance(own, dict):
+        return dict(own)
+    kind = entry.get("proposal_type")
+    if kind == "greedy" and isinstance(entry.get("speculative_tokens"), int):
+        return {"num_speculative_tokens": entry["speculative_tokens"]}
+    if kind == "dynamic_tree" and all(isinstance(entry.get(k), int)
+                                      for k in ("depth", "expansion_factor", "speculative_tokens")):
+        return {"num_speculative_tokens": entry["depth"], "tree_top_k": entry["expansion_factor"],
+                "tree_num_draft_tokens": entry["speculative_tokens"]}
+    return {}  # a proposal type without a counterpart here (e.g. speculators' static branching trees)
+
+
+def draft_shape(method: str, options: dict[str, Any]) -> str:
+    """chain, tree, or for Medusa static / grown / fixed tree, from complete option values."""
+    if options.get("medusa_choices") is not None:
+        return "fixed tree"
+    top_k = options.get("tree_top_k")
+    if method == "medusa":
+        return "static tree" if top_k is None else "grown tree"
+    return "tree" if isinstance(top_k, int) and top_k > 1 else "chain"
+
+
+def read_drafter_config(model: Any, method: str) -> tuple[Path, dict[str, Any]] | None:
+    """(config path, config) of the drafter `model` names when it is a speculators drafter of `method`;
+    None otherwise (not a drafter name, another kind of model): loading the drafter reports those."""
+    if not isinstance(model, str):
+        return None
+    try:
+        path = resolve_drafter(model) / "config.json"
+    except DrafterNotFound:
+        return None
+    try:
+        config = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict) or config.get("speculators_model_type") != method:
+        return None
+    return path, config
+
+
+def stored_entries(config: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    spec = config.get("speculators_config") or {}
+    entries = [e for e in spec.get("proposal_methods") or [] if isinstance(e, dict)]
+    return entries, spec.get("default_proposal_method")
+
+
+def choose_entry(method: str, options_class: type, user: dict[str, Any],
+                 entries: list[dict[str, Any]], default: str | None) -> dict[str, Any] | None:
+    """The stored entry whose settings fill the user's config (see the module's rule), or None."""
+    ordered = sorted(entries, key=lambda e: e.get("proposal_type") != default)  # the default one first
+    if not any(k in user for k in SHAPE_KEYS):
+        return ordered[0] if ordered else None
+    defaults = {f.name: f.default for f in dataclasses.fields(options_class)
+                if f.default is not dataclasses.MISSING}
+    wanted = draft_shape(method, {**defaults, **user})
+    for entry in ordered:
+        if draft_shape(method, {**defaults, **entry_options(entry)}) == wanted:
+            return entry
+    return None
+
+
+def drafter_defaults(method: str, options_class: type, user: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
+    """The keys to add to the user's config (`user`: its method keys, schedule keys already taken off) from
+    the drafter it names, and that drafter's config path. Raises ValueError when the stored keys are not
+    options of `method`."""
+    found = read_drafter_config(user.get("model"), method)
+    if found is None:
+        return {}, None
+    path, config = found
+    entry = choose_entry(method, options_class, user, *stored_entries(config))
+    if entry is None:
+        return {}, path
+    stored = entry_options(entry)
+    fields = {f.name for f in dataclasses.fields(options_class)}
+    unknown = sorted(set(stored) - fields)
+    if unknown:
+        raise ValueError(f"{path}: stored proposal settings {entry.get('proposal_type')!r} have keys that "
+                         f"{method!r} does not take: {', '.join(unknown)}")
+    return {k: v for k, v in stored.items() if k not in user and k != "model"}, path
