@@ -55,7 +55,8 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--prompts", default=None,
-        help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}; required unless --from-report",
+        help="jsonl: MT-Bench lines (question_id, category, turns) or {prompt, category}; "
+        "required unless --from-report",
     )
     add_model_args(bench)
     bench.add_argument("--limit", type=int, default=None, help="first N questions (after --categories, --per-category)")

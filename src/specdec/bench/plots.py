@@ -211,7 +211,10 @@ def k_sweeps(runs: Sequence[Run]) -> dict[str, list[Run]]:
             members.sort(key=lambda m: m.report["speculative_config"]["num_speculative_tokens"])
             cfg = dict(members[0].report["speculative_config"])
             cfg.pop("num_speculative_tokens")
-            out[members[0].prefix + config_label(cfg, with_model=True)] = members
+            label = members[0].prefix + config_label(cfg, with_model=True)
+            if label in out:  # the short label hides the setting that differs: spell the config out
+                label += " (" + ", ".join(f"{k}={v}" for k, v in cfg.items() if k not in ("method", "model")) + ")"
+            out[label] = members
     return out
 
 

@@ -1,0 +1,72 @@
+"""`specdec drafter info`: a shipped drafter's method, target, sizes, stored settings and the figures behind
+them; the JSON form; bad input as one clear error line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from specdec.cli import main
+from specdec.drafting.shipped import ENV_VAR
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def test_info_on_the_shipped_eagle3(capsys):
+    assert main(["drafter", "info", "gemma-3-270m-eagle3"]) == 0
+    out = capsys.readouterr().out
+    for text in ("method: eagle3 (Eagle3Speculator)", "target: gemma-3-270m (vocabulary 262144",
+                 "draft layers 1", "draft vocabulary 8192", "M parameters stored",
+                 "num_speculative_tokens=8, confidence_threshold=0.45", "2.5799x", "3.8927", "32/32",
+                 "all-methods-2", "2026-11-30", "benchmarks/results/all-methods-2-mt_bench.json", "chosen: greedy",
+                 '"num_speculative_tokens": 8'):
+        assert text in out, text
+
+
+def test_info_says_when_a_drafter_is_not_tuned(capsys):
+    assert main(["drafter", "info", "gemma-3-270m-dflash-b16"]) == 0
+    out = capsys.readouterr().out
+    assert "chosen: none (not tuned)" in out and "needed: not tuned" in out and "0.9489x" in out
+
+
+def test_info_as_json(capsys):
+    assert main(["drafter", "info", "gemma-3-270m-mtp", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["method"] == "mtp" and info["sizes"]["MTP modules"] == 1
+    assert info["default_proposal_method"] == "greedy"
+    assert info["effective_config"]["num_speculative_tokens"] == 6
+    assert info["effective_config"]["confidence_threshold"] == 0.4
+    assert info["tuning"]["candidates"][0]["speedup"] == 1.9903
+    assert info["weights"]["parameters"] > 0
+
+
+def test_info_on_a_drafter_without_stored_figures(tmp_path, capsys):
+    spec = {"proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}],
+            "default_proposal_method": "greedy", "verifier": {"name_or_path": "tiny"}}
+    (tmp_path / "config.json").write_text(json.dumps({"speculators_model_type": "eagle3",
+                                                      "speculators_config": spec}))
+    assert main(["drafter", "info", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "num_speculative_tokens=3" in out and "no measured figures stored" in out
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "is not a drafter directory (no config.json)"),
+    ("{oops", "is not valid JSON"),
+    ('{"model_type": "llama"}', "is not a speculators drafter config"),
+])
+def test_bad_drafter_directories(tmp_path, capsys, content, message):
+    if content is not None:
+        (tmp_path / "config.json").write_text(content)
+    assert main(["drafter", "info", str(tmp_path)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_unknown_name_lists_the_shipped_drafters(capsys):
+    assert main(["drafter", "info", "no-such-drafter"]) == 2
+    err = capsys.readouterr().err
+    assert "drafter not found" in err and "gemma-3-270m-eagle3" in err

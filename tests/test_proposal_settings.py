@@ -1,0 +1,152 @@
+"""A drafter's stored best settings (speculators `proposal_methods`, drafting/proposal_settings.py): which keys
+`{"method": ..., "model": ...}` takes from the drafter, what the user's keys override, and that every figure
+the shipped drafters store is the one in the bench report they name."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from specdec import SpeculativeConfig
+from specdec.drafting.proposal_settings import entry_options
+from specdec.drafting.shipped import ENV_VAR, shipped_drafter_names, shipped_drafters_dir
+
+ROOT = Path(__file__).resolve().parents[1]
+EAGLE = "gemma-3-270m-eagle3"
+HELD_OUT = "other_kinds"  # the bench's held-out kinds: never the set settings are chosen on
+
+
+@pytest.fixture(autouse=True)
+def _no_env(monkeypatch):
+    monkeypatch.delenv(ENV_VAR, raising=False)
+
+
+def _drafter(tmp_path: Path, method: str, proposal_methods: list, default: str | None = "greedy") -> str:
+    directory = tmp_path / f"my-{method}"
+    directory.mkdir()
+    spec = {"algorithm": method, "proposal_methods": proposal_methods, "default_proposal_method": default}
+    (directory / "config.json").write_text(json.dumps({"speculators_model_type": method, "speculators_config": spec}))
+    return str(directory)
+
+
+def _resolve(**config) -> dict:
+    return SpeculativeConfig.from_dict(config).to_dict()
+
+
+def test_the_shipped_eagle3_runs_its_stored_best_chain():
+    config = SpeculativeConfig.from_dict({"method": "eagle3", "model": EAGLE})
+    assert config.options.num_speculative_tokens == 8 and config.options.confidence_threshold == 0.45
+    assert config.options.tree_top_k == 1
+    assert config.from_drafter == ("confidence_threshold", "num_speculative_tokens")
+    assert SpeculativeConfig.from_dict(config.to_dict()) == config  # the resolved config round-trips
+
+
+def test_a_key_the_user_gives_wins_and_the_rest_stay_stored():
+    out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens=4)
+    assert out["num_speculative_tokens"] == 4 and out["confidence_threshold"] == 0.45
+    out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens=4, confidence_threshold=0.0)
+    assert out["num_speculative_tokens"] == 4 and out["confidence_threshold"] == 0.0
+    assert SpeculativeConfig.from_dict({"method": "eagle3", "model": EAGLE, "num_speculative_tokens": 4,
+                                        "confidence_threshold": 0.0}).from_drafter == ()
+
+
+def test_asking_for_a_tree_takes_the_stored_tree():
+    out = _resolve(method="eagle3", model=EAGLE, tree_top_k=3)
+    assert (out["num_speculative_tokens"], out["tree_top_k"], out["tree_num_draft_tokens"],
+            out["confidence_threshold"]) == (6, 3, 8, 0.3)
+    out = _resolve(method="eagle3", model=EAGLE, tree_top_k=1)  # a chain, asked for explicitly
+    assert out["num_speculative_tokens"] == 8 and out["confidence_threshold"] == 0.45
+
+
+def test_auto_takes_the_stored_length_as_its_cap():
+    out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto")
+    assert out["num_speculative_tokens"] == "auto" and out["max_num_speculative_tokens"] == 8
+    out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto", max_num_speculative_tokens=3)
+    assert out["max_num_speculative_tokens"] == 3 and out["confidence_threshold"] == 0.45
+
+
+def test_medusa_fixed_choices_are_not_mixed_with_a_stored_grown_tree():
+    assert _resolve(method="medusa", model="gemma-3-270m-medusa")["tree_top_k"] == 6
+    out = _resolve(method="medusa", model="gemma-3-270m-medusa", medusa_choices=[[0], [1], [0, 0]])
+    assert out["tree_top_k"] is None and out["tree_num_draft_tokens"] == 24  # the method's own defaults
+    out = _resolve(method="medusa", model="gemma-3-270m-medusa", tree_top_k=None)  # the static tree
+    assert out["tree_top_k"] is None and out["tree_num_draft_tokens"] == 24
+
+
+def test_hybrid_fallback_keeps_the_users_keys():
+    fallback = {"method": "eagle3", "model": EAGLE, "num_speculative_tokens": 6, "confidence_threshold": 0.6}
+    assert SpeculativeConfig.from_dict(fallback).to_dict() == {**fallback, "tree_top_k": 1,
+                                                               "tree_num_draft_tokens": 16, "context_vocab": True}
+
+
+def test_no_stored_settings_for_other_models():
+    assert SpeculativeConfig.from_dict({"method": "draft_model", "model": "self:4"}).from_drafter == ()
+    assert SpeculativeConfig.from_dict({"method": "mtp"}).from_drafter == ()  # the checkpoint's own layers
+    # a drafter of another method, or a name that is no drafter: loading it reports that, not the config
+    assert SpeculativeConfig.from_dict({"method": "mtp", "model": EAGLE}).from_drafter == ()
+    assert SpeculativeConfig.from_dict({"method": "eagle3", "model": "no-such-drafter"}).from_drafter == ()
+
+
+def test_settings_derived_from_speculators_fields_alone(tmp_path):
+    chain = _drafter(tmp_path, "eagle3", [{"proposal_type": "greedy", "speculative_tokens": 3}])
+    assert _resolve(method="eagle3", model=chain)["num_speculative_tokens"] == 3
+    tree = {"proposal_type": "dynamic_tree", "speculative_tokens": 12, "expansion_factor": 4, "depth": 5}
+    assert entry_options(tree) == {"num_speculative_tokens": 5, "tree_top_k": 4, "tree_num_draft_tokens": 12}
+    grown = _drafter(tmp_path, "mtp", [{"proposal_type": "greedy", "speculative_tokens": 2}, tree], "dynamic_tree")
+    out = _resolve(method="mtp", model=grown)
+    assert (out["num_speculative_tokens"], out["tree_top_k"], out["tree_num_draft_tokens"]) == (5, 4, 12)
+    assert _resolve(method="mtp", model=grown, tree_top_k=1)["num_speculative_tokens"] == 2
+    static = _drafter(tmp_path, "dflash", [{"proposal_type": "static_tree", "depth": 3}], "static_tree")
+    assert SpeculativeConfig.from_dict({"method": "dflash", "model": static}).from_drafter == ()
+
+
+def test_bad_stored_settings_name_the_drafter(tmp_path):
+    unknown = _drafter(tmp_path, "eagle3", [{"proposal_type": "greedy", "specdec_options": {"beam_width": 2}}])
+    with pytest.raises(ValueError, match=r"config\.json: stored proposal settings 'greedy' .*beam_width"):
+        SpeculativeConfig.from_dict({"method": "eagle3", "model": unknown})
+    too_long = {"proposal_type": "greedy", "specdec_options": {"num_speculative_tokens": 99}}
+    wrong = _drafter(tmp_path, "dflash", [too_long])
+    with pytest.raises(ValueError, match=r"num_speculative_tokens must be in 1\.\.63, got 99 \(with the settings "
+                                         r"stored in .*config\.json"):
+        SpeculativeConfig.from_dict({"method": "dflash", "model": wrong})
+    # the user's own mistake is reported as theirs, without the stored settings
+    with pytest.raises(ValueError, match=r"unknown key 'bogus'") as err:
+        SpeculativeConfig.from_dict({"method": "eagle3", "model": EAGLE, "bogus": 1})
+    assert "stored" not in str(err.value)
+
+
+def _matching_run(candidate: dict, drafter: str) -> dict | None:
+    report = json.loads((ROOT / candidate["report"]).read_text())
+    for run in report.get("runs", [report]):
+        cfg = run["speculative_config"]
+        same = all(cfg.get(k) == v for k, v in candidate["settings"].items())
+        if (Path(str(cfg.get("model"))).name == drafter and same
+                and run["overall"]["speedup"] == candidate["speedup"]
+                and run["overall"]["mean_acceptance_length"] == candidate["mean_acceptance_length"]):
+            return run
+    return None
+
+
+@pytest.mark.parametrize("name", shipped_drafter_names())
+def test_every_stored_figure_is_in_the_report_it_names(name):
+    config = json.loads((shipped_drafters_dir() / name / "config.json").read_text())
+    tuning = config["specdec_tuning"]
+    assert tuning["candidates"], "a drafter without measured figures says which sweep is needed"
+    for candidate in tuning["candidates"]:
+        assert HELD_OUT not in candidate["report"] and "mt_bench" in candidate["report"]
+        run = _matching_run(candidate, name)
+        assert run is not None, f"{name}: {candidate} is not in {candidate['report']}"
+        n = run["overall"]["prompts"]
+        assert candidate["identical"] == f"{run['overall']['identical']}/{n}"
+    entries = config["speculators_config"]["proposal_methods"]
+    if tuning["chosen"] is None:
+        assert tuning["needed"]
+        return
+    chosen = [c for c in tuning["candidates"] if c.get("proposal_type") == tuning["chosen"]]
+    assert len(chosen) == 1 and config["speculators_config"]["default_proposal_method"] == tuning["chosen"]
+    stored = {e["proposal_type"]: entry_options(e) for e in entries}
+    assert stored[tuning["chosen"]] == chosen[0]["settings"]
+    same_run = [c for c in tuning["candidates"] if c["run"] == chosen[0]["run"]]
+    assert chosen[0]["speedup"] == max(c["speedup"] for c in same_run)  # the best of its run
