@@ -200,7 +200,7 @@ def test_export_to_vllm_layout_round_trips(zoo, tmp_path, own):
     heads, _ = load_medusa(path, target)
     heads = heads.to(target.dtype)
     heads.attach_target(target.decoder.head_weight())
-    config = write_vllm_medusa(tmp_path / "v", heads, dtype=target.dtype)
+    config = write_vllm_medusa(tmp_path / "v", heads, token_map=True, dtype=target.dtype)
     assert config["original_lm_head"] is not own and config["truncated_vocab_size"] == 120
     saved = load_file(str(tmp_path / "v" / "model.safetensors"))
     assert ("lm_heads.1.weight" in saved) is own and saved["token_map"].tolist() == heads.draft_ids().tolist()

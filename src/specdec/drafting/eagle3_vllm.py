@@ -5,7 +5,8 @@ the draft vocabulary's LM head: ours borrows the target's rows, while vLLM's dra
 `lm_head` of `draft_vocab_size` rows and shares the target's only when the checkpoint has none, which
 is right only for a full-vocabulary drafter. So the export stores those rows as `lm_head.weight` (vLLM
 skips `t2d` and reads `d2t` as its `draft_id_to_target_id`; we skip `lm_head.weight`, so specdec loads
-the export too). The embedding stays shared
+the export too). Proposal methods speculators 0.9.0 does not define (its eagle3 takes "greedy" only; ours
+may add "dynamic_tree") move under `specdec`, or speculators' config validation rejects the file. The embedding stays shared
 (vLLM uses the target's when the checkpoint has none). The verifier block names the target's local
 folder, from which the `speculators` package loads the verifier's weights.
 """
@@ -42,8 +43,22 @@ def write_vllm_eagle3(source: Path, target: LoadedModel, target_folder: str, out
     verifier = config["speculators_config"]["verifier"]
     verifier["name_or_path"] = target_folder
     verifier["architectures"] = list(getattr(target.config, "architectures", None) or [])
-    config.setdefault("specdec", {})["shares_target_lm_head"] = False
+    # vLLM sizes the draft's fc from `num_aux_hidden_states` in the layer config, else assumes 3 (its
+    # speculators reader keeps the layer ids where the draft model does not look for them)
+    config["transformer_layer_config"]["num_aux_hidden_states"] = len(config["eagle_aux_hidden_state_layer_ids"])
+    ours = config.setdefault("specdec", {})
+    ours["shares_target_lm_head"] = False
+    _keep_speculators_proposals(config["speculators_config"], ours)
     output.mkdir(parents=True, exist_ok=True)
     save_file({k: v.contiguous() for k, v in tensors.items()}, str(output / WEIGHTS_FILE))
     (output / CONFIG_FILE).write_text(json.dumps(config, indent=2) + "\n")
     return config
+
+
+def _keep_speculators_proposals(speculators: dict[str, Any], ours: dict[str, Any]) -> None:
+    methods = speculators.get("proposal_methods", [])
+    kept = [m for m in methods if m.get("proposal_type") == "greedy"]
+    if len(kept) < len(methods):
+        ours["proposal_methods"] = methods
+        speculators["proposal_methods"] = kept or [{"proposal_type": "greedy", "speculative_tokens": 5}]
+        speculators["default_proposal_method"] = "greedy"
