@@ -13,4 +13,4 @@ if [ ! -x "$VLLM_VENV/bin/python" ] || ! "$VLLM_VENV/bin/python" -c "import vllm
     "$VLLM_VENV/bin/pip" uninstall -y -q torchvision torchaudio torchcodec || true
 fi
 export VLLM_CPU_KVCACHE_SPACE=${VLLM_CPU_KVCACHE_SPACE:-2}
-exec nice -n 19 "$VLLM_VENV/bin/python" benchmarks/peers/vllm_interop.py "$@"
+exec "$VLLM_VENV/bin/python" benchmarks/peers/vllm_interop.py "$@"

@@ -8,7 +8,7 @@ import json
 import pytest
 
 from specdec.cli import main
-from specdec.drafting.shipped import ENV_VAR
+from specdec.drafting.shipped import ENV_VAR, shipped_drafters_dir
 
 
 @pytest.fixture(autouse=True)
@@ -27,10 +27,24 @@ def test_info_on_the_shipped_eagle3(capsys):
         assert text in out, text
 
 
-def test_info_says_when_a_drafter_is_not_tuned(capsys):
+def test_info_gives_the_sweep_a_drafter_was_tuned_on(capsys):
     assert main(["drafter", "info", "gemma-3-270m-dflash-b16"]) == 0
     out = capsys.readouterr().out
-    assert "chosen: none (not tuned)" in out and "needed: not tuned" in out and "0.9489x" in out
+    for text in ("chosen: greedy", "num_speculative_tokens=5", "1.2839x", "tune-1", "0.9489x", "all-methods-2"):
+        assert text in out, text
+
+
+def test_info_says_when_a_drafter_is_not_tuned(tmp_path, capsys):
+    shipped = shipped_drafters_dir() / "gemma-3-270m-dflash-b16"
+    config = json.loads((shipped / "config.json").read_text())
+    config["specdec_tuning"].update(chosen=None, needed="not tuned: sweep K 3-15", candidates=[])
+    untuned = tmp_path / "untuned"
+    untuned.mkdir()
+    (untuned / "config.json").write_text(json.dumps(config))
+    (untuned / "model.safetensors").symlink_to(shipped / "model.safetensors")
+    assert main(["drafter", "info", str(untuned)]) == 0
+    out = capsys.readouterr().out
+    assert "chosen: none (not tuned)" in out and "needed: not tuned" in out
 
 
 def test_info_as_json(capsys):

@@ -68,7 +68,7 @@ def test_auto_takes_the_stored_length_as_its_cap():
 
 
 def test_medusa_fixed_choices_are_not_mixed_with_a_stored_grown_tree():
-    assert _resolve(method="medusa", model="gemma-3-270m-medusa")["tree_top_k"] == 6
+    assert _resolve(method="medusa", model="gemma-3-270m-medusa")["tree_top_k"] == 4
     out = _resolve(method="medusa", model="gemma-3-270m-medusa", medusa_choices=[[0], [1], [0, 0]])
     assert out["tree_top_k"] is None and out["tree_num_draft_tokens"] == 24  # the method's own defaults
     out = _resolve(method="medusa", model="gemma-3-270m-medusa", tree_top_k=None)  # the static tree
