@@ -16,7 +16,7 @@ DEFAULT_CONFIGS='[
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 8, "confidence_threshold": 0.45},
  {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "tree_top_k": 3, "tree_num_draft_tokens": 8, "confidence_threshold": 0.3},
  {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}},
- {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 16},
+ {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_top_k": null, "tree_num_draft_tokens": 16},
  {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_top_k": 6, "tree_num_draft_tokens": 16},
  {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_top_k": 6, "tree_num_draft_tokens": 24},
  {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
