@@ -75,7 +75,8 @@ def describe(data: dict) -> str:
 
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
-RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped"]
+RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
+        "defaults/tune", "defaults/check"]  # the last two: scripts/tune_drafter_defaults.sh
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"}}
 
