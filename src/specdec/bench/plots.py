@@ -160,12 +160,17 @@ def plot_acceptance(runs: Sequence[Run], path: Path) -> bool:
     ax.set_ylabel("accepted / drafted at that position")
     ax.set_ylim(0, 1.02)
     ax.grid(alpha=0.3)
+    _finish(plt, fig, ax, runs, path)
+    return True
+
+
+def _finish(plt: Any, fig: Any, ax: Any, runs: Sequence[Run], path: Path) -> None:
+    """The legend beside the axes, the runs' title, the file written and the figure freed."""
     ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
     ax.set_title(_title(runs), fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
-    return True
 
 
 def plot_speedup_by_category(runs: Sequence[Run], path: Path) -> bool:
@@ -187,11 +192,7 @@ def plot_speedup_by_category(runs: Sequence[Run], path: Path) -> bool:
     ax.set_xticks(range(len(groups)), groups, rotation=30, ha="right")
     ax.set_ylabel("speedup over plain decoding")
     ax.grid(axis="y", alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(_title(runs), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, ax, runs, path)
     return True
 
 
@@ -235,11 +236,7 @@ def plot_k_sweep(runs: Sequence[Run], path: Path) -> bool:
     ax.set_ylabel("tokens/s")
     ax.set_ylim(bottom=0)
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.set_title(_title(runs), fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _finish(plt, fig, ax, runs, path)
     return True
 
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 from pathlib import Path
 
 from specdec.defaults import DEFAULT_MODEL
@@ -188,14 +187,9 @@ def cmd_drafter_export_vllm(args: argparse.Namespace) -> int:
     architectures = list(AutoConfig.from_pretrained(folder).architectures or [])
     reason = refusal(drafter_kind(source), architectures)  # before the target's weights are loaded
     if reason is not None:
-        print(f"error: {reason}", file=sys.stderr)
-        return 2
+        raise ExportRefused(reason)  # a ValueError: cli_errors reports it as `specdec: error: ...`, exit 2
     target = load_model(args.target, dtype="bfloat16")
-    try:
-        config = export_for_vllm(source, target, folder, Path(args.output), token_map=args.token_map)
-    except ExportRefused as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
+    config = export_for_vllm(source, target, folder, Path(args.output), token_map=args.token_map)
     print(json.dumps({"output": args.output, "vllm_target": folder, **config}, indent=1))
     return 0
 
