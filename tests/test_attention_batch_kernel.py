@@ -23,11 +23,12 @@ def _random_parents(g: torch.Generator, rows: int) -> list[int]:
     return [-1] + [int(torch.randint(-1, i, (), generator=g)) for i in range(1, rows)]
 
 
-def _sequence(g: torch.Generator, rows: int, capacity: int, length: int, tree: bool, window: int | None):
+def _sequence(g: torch.Generator, rows: int, capacity: int, length: int, tree: bool, window: int | None,
+              kv_heads: int = KV_HEADS, dim: int = DIM, groups: int = GROUPS):
     """A cache with `length` committed slots and `rows` new tokens (a chain, or a random tree read in chain
     slot order as runtime.decoder_input builds it): buffers, additive mask, order, positions."""
-    keys_t = torch.randn(KV_HEADS, DIM, capacity, generator=g).bfloat16()
-    values = torch.randn(KV_HEADS, capacity, DIM, generator=g).bfloat16()
+    keys_t = torch.randn(kv_heads, dim, capacity, generator=g).bfloat16()
+    values = torch.randn(kv_heads, capacity, dim, generator=g).bfloat16()
     parents = _random_parents(g, rows) if tree else chain_parents(rows)
     ancestry, depth = tree_ancestry(parents, torch.device("cpu"))
     positions = length + depth
@@ -39,18 +40,18 @@ def _sequence(g: torch.Generator, rows: int, capacity: int, length: int, tree: b
     if tree:
         order = tree_slot_order(ancestry, length, capacity)
         visible = reorder_mask(visible, order, depth, length)
-    mask = torch.zeros(rows, capacity).masked_fill(~visible, float("-inf")).repeat(GROUPS, 1)
+    mask = torch.zeros(rows, capacity).masked_fill(~visible, float("-inf")).repeat(groups, 1)
     return keys_t, values, mask, order, positions
 
 
-def _expected_rows(q, keys_t, values, mask, order, positions, length, window, scale):
+def _expected_rows(q, keys_t, values, mask, order, positions, length, window, scale, groups=GROUPS):
     """decoder.attention for each row alone over its span's columns (gathered in the row's slot order)."""
     rows, capacity = q.shape[0], keys_t.shape[2]
     out = []
     for i in range(rows):
         first, end = attention_span(int(positions[i]), capacity, window)
         cols = order[i, first:end] if order is not None else torch.arange(first, end)
-        mask_i = mask[[grp * rows + i for grp in range(GROUPS)]][:, first:end]
+        mask_i = mask[[grp * rows + i for grp in range(groups)]][:, first:end]
         out.append(attention(q[i : i + 1], keys_t[:, :, cols], values[:, cols], mask_i, scale))
     return torch.cat(out)
 
@@ -85,6 +86,35 @@ def test_batched_call_equals_attention_per_row_over_its_span(seed, window):
     for (s, e, _, keys_t, values, _, _, _), (out, kt, vv) in zip(seqs, expected):
         assert torch.equal(got[s:e], out)
         assert torch.equal(keys_t, kt) and torch.equal(values, vv)  # the KV write happened in place
+
+
+@pytest.mark.parametrize("dim", [256, 80])  # 80: the four-row path's 64 dims, then a row-by-row tail
+@pytest.mark.parametrize("window", [None, 100])
+def test_decoding_sequences_with_four_query_heads_per_kv_head(dim, window):
+    """Gemma 3 270M's decode shape (4 query heads on 1 KV head): the query heads of a sequence run together
+    (probs x values four rows at a time) and every sequence prefetches the next one's cache lines; each row
+    must still equal decoder.attention alone. 7 sequences: the round-robin over threads and a tail."""
+    heads, kv_heads, groups = 4, 1, 4
+    g = torch.Generator().manual_seed(dim + (window or 0))
+    n = 7
+    q = torch.randn(n, heads, dim, generator=g).bfloat16()
+    k = torch.randn(n, kv_heads, dim, generator=g).bfloat16()
+    v = torch.randn(n, kv_heads, dim, generator=g).bfloat16()
+    seqs, expected = [], []
+    for i in range(n):
+        length = int(torch.randint(0, 300, (), generator=g))
+        keys_t, values, mask, _, positions = _sequence(g, 1, 320, length, False, window, kv_heads, dim, groups)
+        kt, vv = keys_t.clone(), values.clone()
+        kt[:, :, length] = k[i].view(kv_heads, dim)
+        vv[:, length] = v[i].view(kv_heads, dim)
+        expected.append(_expected_rows(q[i : i + 1], kt, vv, mask, None, positions, length, window, 0.0625, groups))
+        seqs.append((keys_t, values, mask, length, positions))
+    got = fast_linear.kernel().attention_batch(
+        q, k, v, [x[0] for x in seqs], [x[1] for x in seqs], [x[2] for x in seqs], [_NO_ORDER] * n,
+        list(range(n)), list(range(1, n + 1)), [x[3] for x in seqs], torch.cat([x[4] for x in seqs]),
+        -1 if window is None else window, 0.0625)
+    for i in range(n):
+        assert torch.equal(got[i : i + 1], expected[i]), i
 
 
 def test_spans_are_shorter_than_the_cache_and_cover_what_a_row_sees():

@@ -30,6 +30,8 @@ class KVCache:
         # Zeros, not empty: masked slots are multiplied by exactly 0 in attention, and 0 * NaN would leak.
         self.keys_t = torch.zeros((num_layers, num_kv_heads, head_dim, capacity), dtype=dtype, device=device)
         self.values = torch.zeros((num_layers, num_kv_heads, capacity, head_dim), dtype=dtype, device=device)
+        # each layer's buffers as views made once: a batched decode step asks for them per sequence and layer
+        self.layer_buffers = list(zip(self.keys_t.unbind(0), self.values.unbind(0)))
         # [capacity] position id held by each slot, -1 when empty; sliding windows are measured with it.
         self.positions = torch.full((capacity,), -1, dtype=torch.long, device=device)
         self.capacity = capacity
@@ -58,7 +60,7 @@ class KVCache:
         `num_tokens` keys/values itself at slots [length, length + num_tokens)."""
         if num_tokens != self.pending:
             raise ValueError(f"{num_tokens} rows for {self.pending} pending slots")
-        return self.keys_t[layer], self.values[layer]
+        return self.layer_buffers[layer]
 
     def commit(self, kept: Sequence[int]) -> None:
         """Keeps the pending entries at indices `kept` (ascending, relative to the last forward)."""

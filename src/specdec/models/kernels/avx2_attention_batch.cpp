@@ -29,9 +29,11 @@
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count);
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first);
 void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
-                    int64_t count);
+                    int64_t count, specdec_bf16::Prefetcher* pf);
 void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
                       int64_t slots, int64_t dim, uint16_t* out);
+void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
+                        int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf);
 
 namespace {
 
@@ -92,7 +94,7 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, const at::Tensor& keys_t,
                              const at::Tensor& values, const at::Tensor& mask, const std::vector<int64_t>& rows,
                              int64_t first, int64_t end, int64_t t, int64_t kv_heads, int64_t groups, double scale,
-                             uint16_t* op, int64_t out_row) {
+                             uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf) {
   const int64_t n = static_cast<int64_t>(rows.size()), dim = keys_t.size(1), len = end - first;
   const int64_t capacity = keys_t.size(2), gn = groups * n;
   // query rows as float32 (exact) in (kv head, group, row) order, as span_rows lays them out
@@ -116,7 +118,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t h = b / blocks, r0 = (b % blocks) * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
       qk_scores_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                     sp + (h * gn + r0) * len, len);
+                     sp + (h * gn + r0) * len, len, pf);
       // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t g = r / n, j = r % n;
@@ -134,19 +136,28 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   std::vector<uint16_t> pb(kv_heads * gn * len);  // .to(bfloat16): round to nearest even
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
   at::parallel_for(0, kv_heads * gn, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t hr = r0; hr < r1; ++hr) {  // hr = (h * groups + g) * n + j
-      for (int64_t c = hr * len; c < (hr + 1) * len; ++c) pb[c] = float_to_bf16(fp[c]);
+    for (int64_t c = r0 * len; c < r1 * len; ++c) pb[c] = float_to_bf16(fp[c]);
+    auto out_of = [&](int64_t hr) {  // hr = (h * groups + g) * n + j
       const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
-      probs_values_row(pb.data() + hr * len, nullptr, vp + h * capacity * dim, first, len, dim,
-                       op + rows[j] * out_row + (h * groups + g) * dim);
+      return op + rows[j] * out_row + (h * groups + g) * dim;
+    };
+    int64_t hr = r0;
+    for (; hr + 4 <= r1; hr += 4) {  // four rows of one value head at a time (a decode step's query heads)
+      if (hr / gn != (hr + 3) / gn) break;
+      const uint16_t* prows[4] = {pb.data() + hr * len, pb.data() + (hr + 1) * len, pb.data() + (hr + 2) * len,
+                                  pb.data() + (hr + 3) * len};
+      uint16_t* outs[4] = {out_of(hr), out_of(hr + 1), out_of(hr + 2), out_of(hr + 3)};
+      probs_values_rows4(prows, vp + (hr / gn) * capacity * dim, first, len, dim, outs, pf);
     }
+    for (; hr < r1; ++hr)
+      probs_values_row(pb.data() + hr * len, nullptr, vp + (hr / gn) * capacity * dim, first, len, dim, out_of(hr));
   });
 }
 
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
                   const at::Tensor& values, const at::Tensor& mask, const at::Tensor& order,
                   const int64_t* positions, int64_t start, int64_t end, int64_t slot, int64_t window,
-                  double scale, at::Tensor& out) {
+                  double scale, at::Tensor& out, specdec_bf16::Prefetcher* pf) {
   const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
   const int64_t groups = heads / kv_heads, capacity = keys_t.size(2), dim = keys_t.size(1);
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
@@ -197,7 +208,7 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
       span_rows_in_slot_order(reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()) + start * q.stride(0),
                               q.stride(0), q.stride(1), keys_t, values, mask, rows, first, stop, t, kv_heads, groups,
                               scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
-                              out.stride(0));
+                              out.stride(0), pf);
     } else {
       auto out_rows = out.narrow(0, start, t);
       span_rows(q.narrow(0, start, t), keys_t, values, mask, order, at::tensor(rows, index), first, stop,
@@ -205,6 +216,20 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     }
     a = b;
   }
+}
+
+// The key and value lines a decoding sequence's rows will read (their attention span; a tree's rows may read
+// a little more, which the prefetch then misses), for the Prefetcher.
+void next_reads(const at::Tensor& keys_t, const at::Tensor& values, int64_t t, int64_t slot, int64_t window,
+                specdec_bf16::Prefetcher& pf) {
+  if (!keys_t.is_contiguous() || !values.is_contiguous() || keys_t.size(0) != 1) return;
+  const int64_t capacity = keys_t.size(2), dim = keys_t.size(1);
+  auto [first, end] = attention_span(slot + t - 1, capacity, window);
+  first = std::min(first, slot);
+  const auto* kp = reinterpret_cast<const char*>(keys_t.data_ptr<at::BFloat16>());
+  const auto* vp = reinterpret_cast<const char*>(values.data_ptr<at::BFloat16>());
+  pf.add(kp + first * 2, (end - first) * 2, capacity * 2, dim);  // [dim, capacity]: one run per d
+  pf.add(vp + first * dim * 2, (end - first) * dim * 2, 0, 1);  // [capacity, dim]: one run
 }
 
 }  // namespace
@@ -233,7 +258,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   if (small.size() == 1) large.push_back(small[0]), small.clear();  // no team for one: see below
   for (int64_t i : large)
     one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i], window,
-                 scale, out);
+                 scale, out, nullptr);
   const int64_t m = static_cast<int64_t>(small.size());
   // Inside this region torch's and our kernels' own parallel loops run serially (in_parallel_region), and
   // nothing they compute depends on the thread count. (A region serialised by an `if` clause would not count
@@ -241,13 +266,21 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   // first one is kept and rethrown after it.
   std::exception_ptr error;
   const at::ThreadLocalState caller;  // grad / inference mode and the rest, as at::parallel_for passes them on
-#pragma omp parallel for schedule(dynamic, 1) num_threads(at::get_num_threads())
+  // Round-robin over the threads, so each knows its next sequence and prefetches its keys and values while
+  // it computes this one (next_reads).
+  const int64_t threads = at::get_num_threads();
+#pragma omp parallel for schedule(static, 1) num_threads(threads)
   for (int64_t j = 0; j < m; ++j) {
     const int64_t i = small[j];
     try {
       const at::ThreadLocalStateGuard same_state(caller);
+      specdec_bf16::Prefetcher pf;
+      if (j + threads < m) {
+        const int64_t next = small[j + threads];
+        next_reads(keys_t[next], values[next], ends[next] - starts[next], slots[next], window, pf);
+      }
       one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
-                   window, scale, out);
+                   window, scale, out, &pf);
     } catch (...) {
 #pragma omp critical
       if (!error) error = std::current_exception();

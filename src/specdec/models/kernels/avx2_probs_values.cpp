@@ -16,6 +16,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #include "avx2_bf16.h"
 
@@ -51,14 +52,94 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
   for (int c = 0; c < G; ++c) store_bf16x8(out + d0 + 8 * c, acc[c]);
 }
 
+// The same chains 16 dims per vector, on CPUs with AVX512F: every output element is still one FMA chain over
+// s in ascending order, so the bits are the AVX2 loop's.
+#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+SPECDEC_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
+// round to nearest even as store_bf16x8 (no NaN can come out of a sum of finite products of probabilities)
+SPECDEC_AVX512 inline void store_bf16x16(uint16_t* p, __m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded =
+      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+}
+
+template <int G>
+SPECDEC_AVX512 inline void row_group16(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                                       int64_t slots, int64_t dim, int64_t d0, uint16_t* out) {
+  __m512 acc[G];
+  for (int c = 0; c < G; ++c) acc[c] = _mm512_setzero_ps();
+  for (int64_t s = 0; s < slots; ++s) {
+    const uint16_t pb = prow[s];
+    if ((pb & 0x7FFF) == 0) continue;
+    const __m512 p = _mm512_set1_ps(bf16_to_float(pb));
+    const uint16_t* v = vhead + (orow ? orow[s] : first + s) * dim + d0;
+    for (int c = 0; c < G; ++c) acc[c] = _mm512_fmadd_ps(p, load_bf16x16(v + 16 * c), acc[c]);
+  }
+  for (int c = 0; c < G; ++c) store_bf16x16(out + d0 + 16 * c, acc[c]);
+}
+
+// The dims [0, 16 * (dim / 16)) of one output row; returns how many it did.
+SPECDEC_AVX512 int64_t row_dims16(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                                  int64_t slots, int64_t dim, uint16_t* out) {
+  const int64_t vectors = dim / 16;
+  int64_t c = 0;
+  for (; c + 8 <= vectors; c += 8) row_group16<8>(prow, orow, vhead, first, slots, dim, 16 * c, out);
+  for (; c + 4 <= vectors; c += 4) row_group16<4>(prow, orow, vhead, first, slots, dim, 16 * c, out);
+  for (; c < vectors; ++c) row_group16<1>(prow, orow, vhead, first, slots, dim, 16 * c, out);
+  return 16 * vectors;
+}
+
+// Four output rows over the same value head and slots, 64 dims at a time: each value vector is loaded once for
+// the four rows instead of once per row (a decode step's query heads that share a KV head read the same
+// values; loading them per row made probs x values bound by L2 reads). Each element is still its own row's
+// FMA chain over s in ascending order, skipping the slots where its own row's probability is zero.
+SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
+                                 uint16_t* const* outs, int64_t dims, specdec_bf16::Prefetcher* pf) {
+  for (int64_t d0 = 0; d0 + 64 <= dims; d0 += 64) {
+    __m512 acc[4][4];
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+    for (int64_t s = 0; s < slots; ++s) {
+      const uint16_t p0 = prows[0][s], p1 = prows[1][s], p2 = prows[2][s], p3 = prows[3][s];
+      if (pf) pf->pump(2);
+      if (((p0 | p1 | p2 | p3) & 0x7FFF) == 0) continue;
+      const uint16_t* v = vbase + s * dim + d0;
+      __m512 vv[4];
+      for (int c = 0; c < 4; ++c) vv[c] = load_bf16x16(v + 16 * c);
+      const uint16_t ps[4] = {p0, p1, p2, p3};
+      for (int r = 0; r < 4; ++r) {
+        if ((ps[r] & 0x7FFF) == 0) continue;
+        const __m512 p = _mm512_set1_ps(bf16_to_float(ps[r]));
+        for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
+      }
+    }
+    for (int r = 0; r < 4; ++r)
+      for (int c = 0; c < 4; ++c) store_bf16x16(outs[r] + d0 + 16 * c, acc[r][c]);
+  }
+}
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
 }  // namespace
 
 // One output row: dim bfloat16 values from one row of probs over `slots` columns, column s read at value
 // slot orow[s] (or first + s without an order). probs_values_at runs this for each of its rows.
 void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
                       int64_t slots, int64_t dim, uint16_t* out) {
+  const int64_t done = has_avx512() ? row_dims16(prow, orow, vhead, first, slots, dim, out) : 0;
   const int64_t vectors = dim / 8;
-  int64_t c = 0;
+  int64_t c = done / 8;
   for (; c + 8 <= vectors; c += 8) row_group<8>(prow, orow, vhead, first, slots, dim, 8 * c, out);
   switch (vectors - c) {
     case 7: row_group<7>(prow, orow, vhead, first, slots, dim, 8 * c, out); break;
@@ -79,6 +160,23 @@ void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t*
       acc = std::fma(bf16_to_float(pb), bf16_to_float(vhead[(orow ? orow[s] : first + s) * dim + d]), acc);
     }
     out[d] = float_to_bf16(acc);
+  }
+}
+
+// Four rows' probs_values_row over the same value head, slots [first, first + slots) in slot order: on AVX512
+// the four rows run together (rows4_dims16), the same bits as one at a time.
+void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
+                        int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf) {
+  int64_t done = 0;
+  if (has_avx512()) {
+    done = dim / 64 * 64;
+    rows4_dims16(prows, vhead + first * dim, slots, dim, outs, done, pf);
+  }
+  if (done == dim) return;
+  for (int r = 0; r < 4; ++r) {  // dims past the last multiple of 64: row by row, on a scratch row
+    std::vector<uint16_t> full(static_cast<size_t>(dim));
+    probs_values_row(prows[r], nullptr, vhead, first, slots, dim, full.data());
+    std::memcpy(outs[r] + done, full.data() + done, static_cast<size_t>(dim - done) * 2);
   }
 }
 
