@@ -117,6 +117,39 @@ def test_decoding_sequences_with_four_query_heads_per_kv_head(dim, window):
         assert torch.equal(got[i : i + 1], expected[i]), i
 
 
+@pytest.mark.parametrize("window", [None, 8, 100])
+def test_a_chain_without_a_mask_gets_the_mask_build_mask_gives(window):
+    """The runtime passes no mask for a chain: the kernel's own (committed slot s holds position s; row i sees
+    slots up to its own, within the window) gives the same bits as the explicit one, and a non-chain refuses."""
+    g = torch.Generator().manual_seed(3)
+    spans = [(1, 0), (5, 37), (1, 300), (20, 120), (3, 511)]  # (rows, committed): a decode, chains, a chunk
+    rows = sum(n for n, _ in spans)
+    q = torch.randn(rows, HEADS, DIM, generator=g).bfloat16()
+    k = torch.randn(rows, KV_HEADS, DIM, generator=g).bfloat16()
+    v = torch.randn(rows, KV_HEADS, DIM, generator=g).bfloat16()
+    seqs, start = [], 0
+    for n, length in spans:
+        keys_t, values, mask, _, positions = _sequence(g, n, 640, length, False, window)
+        seqs.append((start, start + n, length, keys_t, values, mask, positions))
+        start += n
+    kern = fast_linear.kernel()
+
+    def call(masks, caches):
+        return kern.attention_batch(q, k, v, [c[0] for c in caches], [c[1] for c in caches], masks,
+                                    [_NO_ORDER] * len(seqs), [x[0] for x in seqs], [x[1] for x in seqs],
+                                    [x[2] for x in seqs], torch.cat([x[6] for x in seqs]),
+                                    -1 if window is None else window, 0.125)
+
+    explicit = call([x[5] for x in seqs], [(x[3].clone(), x[4].clone()) for x in seqs])
+    implicit = call([torch.empty(0)] * len(seqs), [(x[3].clone(), x[4].clone()) for x in seqs])
+    assert torch.equal(explicit, implicit)
+    shifted = torch.cat([x[6] for x in seqs]) + 1  # positions that are not the chain after the committed slots
+    with pytest.raises(RuntimeError, match="chain"):
+        kern.attention_batch(q, k, v, [x[3] for x in seqs], [x[4] for x in seqs], [torch.empty(0)] * len(seqs),
+                             [_NO_ORDER] * len(seqs), [x[0] for x in seqs], [x[1] for x in seqs],
+                             [x[2] for x in seqs], shifted, -1 if window is None else window, 0.125)
+
+
 def test_spans_are_shorter_than_the_cache_and_cover_what_a_row_sees():
     """The spans actually cut work (else this kernel would be the whole-buffer one) and never hide a visible
     slot: a window layer's span holds the whole window, a global layer's every slot up to the row."""

@@ -75,6 +75,40 @@ def test_a_sequence_gets_the_same_bits_in_any_batch(zoo, model, batch):
         assert all(torch.equal(e.hidden[i], g.hidden[i]) for i in capture)
 
 
+def test_a_batch_computes_every_greedy_token_in_one_call(zoo, monkeypatch):
+    """ForwardCall(argmax=True): the batch's logit rows go through greedy_argmax once, each sequence gets its
+    rows' slice (equal to its own argmax), and greedy verification uses that slice rather than its own."""
+    from specdec.models import decoder as decoder_module
+    from specdec.verification import TargetRows, verify
+
+    loaded = zoo.load("gemma_untied")
+    runtimes, calls = [], []
+    for i, rows in enumerate((1, 4, 2)):
+        runtime = loaded.new_runtime()
+        runtime.reset(128)
+        runtime.prefill([5 + i, 9, 11 + i])
+        runtimes.append(runtime)
+        calls.append(ForwardCall([7 + j for j in range(rows)], argmax=i != 2, logit_rows="all"))
+    seen = []
+    real = decoder_module.greedy_argmax
+    monkeypatch.setattr(decoder_module, "greedy_argmax", lambda x: seen.append(x.shape[0]) or real(x))
+    results = forward_batch(runtimes, calls)
+    assert seen == [7]  # every row of the batch, once
+    for result, call in zip(results, calls):
+        if call.argmax:
+            assert torch.equal(result.argmax, result.logits.argmax(dim=-1))
+        else:
+            assert result.argmax is None
+    # verification reads the precomputed tokens: a different "argmax" gives a different outcome
+    draft = list(results[1].argmax[:-1].tolist())
+    true = verify(draft, None, None, TargetRows(logits=results[1].logits, argmax=results[1].argmax),
+                  greedy(8), None)
+    assert true.num_accepted == len(draft)
+    wrong = verify(draft, None, None, TargetRows(logits=results[1].logits, argmax=results[1].argmax + 1),
+                   greedy(8), None)
+    assert wrong.num_accepted == 0
+
+
 def test_forward_batch_refuses_a_runtime_twice(zoo):
     runtime = zoo.load("llama").new_runtime()
     runtime.reset(128)

@@ -55,9 +55,11 @@ class _Planned:
     kept: list[int] | None = None  # original indices of the tree's kept nodes
 
 
-def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None) -> int:
+def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+                argmax: torch.Tensor | None = None) -> int:
+    """The token after the prompt from its last logit row (`argmax`: that row's greedy token, if computed)."""
     if params.greedy:
-        return int(greedy_argmax(logits))
+        return int(greedy_argmax(logits) if argmax is None else argmax)
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 
@@ -97,7 +99,7 @@ def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
     if draft.parents is None:
         if len(draft) > limit:
             raise RuntimeError(f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {limit} allowed")
-        call = ForwardCall([token, *draft.tokens], None, seq.capture, rows)
+        call = ForwardCall([token, *draft.tokens], None, seq.capture, rows, argmax=seq.params.greedy)
         return _Planned(work, call, draft)
     if len(draft) > MAX_TOKENS_PER_FORWARD - 1:  # checked before the cut: independent of max_tokens
         raise RuntimeError(
@@ -106,7 +108,8 @@ def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
     # deeper nodes could only be accepted past max_tokens
     tree, kept = prune_to_depth(draft, room, work.max_tree_nodes)
     assert tree.parents is not None
-    call = ForwardCall([token, *tree.tokens], [-1, *(p + 1 for p in tree.parents)], seq.capture, rows)
+    call = ForwardCall([token, *tree.tokens], [-1, *(p + 1 for p in tree.parents)], seq.capture, rows,
+                       argmax=seq.params.greedy)
     return _Planned(work, call, draft, tree, kept)
 
 
@@ -152,7 +155,8 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
         if seq.prefilling:
             end = min(len(seq.prompt), seq.prefilled + work.chunk)
             last = end == len(seq.prompt)
-            call = ForwardCall(seq.prompt[seq.prefilled : end], None, seq.capture, "last" if last else None)
+            call = ForwardCall(seq.prompt[seq.prefilled : end], None, seq.capture, "last" if last else None,
+                               argmax=seq.params.greedy)
             plans.append(_Planned(work, call))
         else:
             early = lone and scores_head_early(seq)
@@ -185,7 +189,8 @@ def _after_prefill(seq: SequenceState, plan: _Planned, result: ForwardResult) ->
     if seq.prefilling:
         return None
     assert result.logits is not None
-    token = first_token(result.logits[-1], seq.params, seq.generator)
+    token = first_token(result.logits[-1], seq.params, seq.generator,
+                        None if result.argmax is None else result.argmax[-1])
     if seq.proposer is not None:
         prefill = _joined(seq.prefill_parts)
         seq.prefill_parts = []
@@ -204,7 +209,7 @@ def _after_verify(seq: SequenceState, plan: _Planned, result: ForwardResult) -> 
         target = TargetRows(final_hidden=result.final_hidden, head_logits=runtime.head_logits,
                             vocab_size=runtime.vocab_size)
     else:
-        target = TargetRows(logits=result.logits)
+        target = TargetRows(logits=result.logits, argmax=result.argmax)
     outcome = verify(verified.tokens, verified.parents, verified.probs, target, seq.params, seq.generator)
     runtime.commit([0, *(i + 1 for i in outcome.path)])
     if tree is None:

@@ -19,16 +19,23 @@ from torch import nn
 from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
+from specdec.models.greedy_argmax import greedy_argmax
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
 
 
 def rms_norm(x: torch.Tensor, scale: torch.Tensor, eps: float, gemma: bool) -> torch.Tensor:
-    """RMSNorm over the last axis, rounding exactly as transformers does for each family.
+    """RMSNorm over the last axis, rounding as transformers does for each family.
 
     `scale` comes from `norm_scale`: (1 + w) in float32 for Gemma, which multiplies before the cast back;
-    w itself for the Llama family, which casts first.
+    w itself for the Llama family, which casts first. bfloat16 on CPU without autograd runs in one kernel
+    call (kernels/avx2_rms_norm.cpp: the same steps, the mean summed in a fixed order of its own, so float32
+    rounding may differ from torch's by an ulp); elsewhere torch's ops.
     """
+    if x.dtype == torch.bfloat16 and x.device.type == "cpu" and not torch.is_grad_enabled():
+        k = fast_linear.kernel()
+        if k is not None and hasattr(k, "rms_norm_rows") and scale.dim() <= 2 and x.stride(-1) == 1:
+            return k.rms_norm_rows(x, scale if gemma else scale.to(torch.bfloat16), eps, gemma)
     h = F.rms_norm(x.float(), (x.shape[-1],), None, eps)  # same bits as x * rsqrt(mean(x^2) + eps), one op
     if gemma:
         return (h * scale).type_as(x)
@@ -60,6 +67,7 @@ def _kernel_probs_values(probs: torch.Tensor, values: torch.Tensor, order: torch
 
 
 _NO_ORDER = torch.empty(0, dtype=torch.long)
+_NO_MASK = torch.empty(0)
 
 
 def attention(
@@ -214,7 +222,8 @@ class DecoderLayer(nn.Module):
         if kern is not None and hasattr(kern, "attention_batch"):  # the loop below, in one C++ call
             buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
             attn = kern.attention_batch(
-                q, k, v, [b[0] for b in buffers], [b[1] for b in buffers], [s.masks[self.window] for s in sequences],
+                q, k, v, [b[0] for b in buffers], [b[1] for b in buffers],
+                [s.masks.get(self.window, _NO_MASK) for s in sequences],  # none: a chain, the kernel's own mask
                 [s.order if s.order is not None else _NO_ORDER for s in sequences],
                 [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences],
                 positions, -1 if self.window is None else self.window, a.attn_scale)
@@ -257,11 +266,12 @@ class DecoderInput:
 
     tokens: torch.Tensor  # [T]
     positions: torch.Tensor  # [T]
-    masks: dict[int | None, torch.Tensor]  # window -> [T, capacity] bool
+    masks: dict[int | None, torch.Tensor]  # window -> [T, capacity] bool; empty for a chain the kernel masks
     cache: KVCache
     capture: Sequence[int] = ()
     logit_rows: torch.Tensor | slice | None = field(default_factory=lambda: slice(None))
     order: torch.Tensor | None = None  # [T, capacity] per-token slot order of a draft tree
+    argmax: bool = False  # also the greedy token of each logit row (one call for the whole batch)
 
 
 @dataclass
@@ -269,6 +279,7 @@ class DecoderOutput:
     logits: torch.Tensor | None  # [R, vocab] float32, R = rows asked for
     hidden: dict[int, torch.Tensor]  # residual stream entering layer i ([T, hidden]); i == num_layers: last layer's output
     final_hidden: torch.Tensor  # [T, hidden] after the final norm
+    argmax: torch.Tensor | None = None  # [R] greedy_argmax(logits), when an input asked for it
 
 
 class Decoder(nn.Module):
@@ -374,22 +385,27 @@ class Decoder(nn.Module):
         # every sequence's logit rows through one LM head call
         picks = [_row_indices(x.logit_rows, starts[i], sizes[i]) for i, x in enumerate(inputs)]
         wanted = [p for p in picks if p is not None]
-        logits = None
+        logits = greedy = None
         if wanted:
             index = torch.cat(wanted).to(h.device)
             logits = self.logits(final[index])
+            if any(x.argmax for x in inputs):  # every row at once: one kernel call instead of one per sequence
+                greedy = greedy_argmax(logits)
         outputs, offset = [], 0
         for i, x in enumerate(inputs):
             lo, hi = starts[i], starts[i + 1]
-            seq_logits = None
+            seq_logits = seq_greedy = None
             if picks[i] is not None:
                 n = picks[i].numel()
                 seq_logits = logits[offset : offset + n]
+                if x.argmax and greedy is not None:
+                    seq_greedy = greedy[offset : offset + n]
                 offset += n
             outputs.append(DecoderOutput(
                 logits=seq_logits,
                 hidden={layer: hidden[layer][lo:hi] for layer in x.capture},
                 final_hidden=final[lo:hi],
+                argmax=seq_greedy,
             ))
         return outputs
 

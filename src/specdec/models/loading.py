@@ -161,6 +161,16 @@ def resolve_model_path(name: str) -> str:
     return ALIASES[name]() if name in ALIASES else name
 
 
+def gguf_file(name: str) -> str:
+    """The GGUF file behind `name`: a .gguf path, or an alias that resolves to one (the default model's)."""
+    path = resolve_model_path(name)
+    if not path.endswith(".gguf"):
+        raise ValueError(f"{name!r} is not a GGUF file nor an alias of one ({', '.join(ALIASES)})")
+    if not Path(path).is_file():
+        raise ValueError(f"GGUF file not found: {path}")
+    return path
+
+
 def _local_model_path(name: str, dtype: torch.dtype) -> str:
     """The folder (or hub id) transformers loads `name` from; a GGUF file is converted once first."""
     path = resolve_model_path(name)

@@ -29,6 +29,7 @@ class ForwardResult:
     logits: torch.Tensor | None  # [R, vocab] float32 for the requested rows
     hidden: dict[int, torch.Tensor]  # residual stream entering layer i, [T, hidden]; i == num_layers: final layer output
     final_hidden: torch.Tensor | None  # [T, hidden] after the final norm (what the LM head sees)
+    argmax: torch.Tensor | None = None  # [R] greedy token of each logit row, where the call asked for it
 
 
 @dataclass
@@ -39,6 +40,7 @@ class ForwardCall:
     parents: Sequence[int] | None = None
     capture: Sequence[int] = ()
     logit_rows: LogitRows = "all"
+    argmax: bool = False  # also each logit row's greedy token (a batch computes them in one call); may be None
 
 
 class ModelRuntime(ABC):
@@ -154,14 +156,23 @@ class NativeRuntime(ModelRuntime):
             ancestry, depth = tree_ancestry(parents, self.device)
         positions = cache.length + depth
         cache.reserve(t, positions)
-        masks = {w: build_mask(cache.positions, cache.length, ancestry, positions, w) for w in self.windows}
+        chain = parents is None or list(parents) == chain_parents(t)
+        masks: dict[int | None, torch.Tensor] = {}
+        if not (chain and self._kernel_chain_masks()):  # the attention kernel builds a chain's mask itself
+            masks = {w: build_mask(cache.positions, cache.length, ancestry, positions, w) for w in self.windows}
         order = None
-        if parents is not None and list(parents) != chain_parents(t):
+        if not chain:
             # a real tree: every token reads its ancestors in chain order (bit-identical to plain decoding)
             order = tree_slot_order(ancestry, cache.length, cache.capacity)
             masks = {w: reorder_mask(m, order, depth, cache.length) for w, m in masks.items()}
         ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
-        return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order)
+        return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order,
+                            call.argmax)
+
+    def _kernel_chain_masks(self) -> bool:
+        """Whether this runtime's attention runs in the kernel's attention_batch, which builds a chain's
+        mask from its slots and the layer's window when given none (decoder.DecoderLayer.forward_batch)."""
+        return self.exact and hasattr(fast_linear.kernel(), "attention_batch")
 
     @torch.inference_mode()
     def forward(
@@ -212,5 +223,6 @@ def forward_batch(runtimes: Sequence[ModelRuntime], calls: Sequence[ForwardCall]
         inputs = [runtimes[i].decoder_input(calls[i]) for i in members]  # type: ignore[attr-defined]
         outs = runtimes[members[0]].decoder.forward_batch(inputs)  # type: ignore[attr-defined]
         for i, out in zip(members, outs):
-            results[i] = ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden)
+            results[i] = ForwardResult(logits=out.logits, hidden=out.hidden, final_hidden=out.final_hidden,
+                                       argmax=out.argmax)
     return [r for r in results if r is not None]

@@ -46,12 +46,13 @@ def _first_of_each_token(nodes: list[int], tokens: Sequence[int]) -> list[int]:
     return out
 
 
-def verify_tree_greedy(tokens: Sequence[int], parents: Sequence[int], target_logits: torch.Tensor) -> Verification:
+def verify_tree_greedy(tokens: Sequence[int], parents: Sequence[int], target_logits: torch.Tensor,
+                       target_argmax: torch.Tensor | None = None) -> Verification:
     """Temperature 0: from the root, descend into the (first) child equal to the target's argmax; the next
     token is the argmax at the last node kept."""
     _check(tokens, parents, target_logits.shape[0], "target logits")
     children = tree_children(parents)
-    target = greedy_argmax(target_logits).tolist()
+    target = (greedy_argmax(target_logits) if target_argmax is None else target_argmax).tolist()
     path: list[int] = []
     row = 0
     while True:

@@ -25,6 +25,7 @@ class TargetRows:
     final_hidden: torch.Tensor | None = None
     head_logits: HeadLogits | None = None
     vocab_size: int = 0
+    argmax: torch.Tensor | None = None  # greedy_argmax(logits) when the batched forward already computed it
 
 
 def chain_parents(n: int) -> list[int]:
@@ -49,6 +50,6 @@ def verify(
     if target.logits is None:
         raise ValueError("sampling verification needs the target's logits")
     if params.greedy:
-        return verify_tree_greedy(tokens, parents, target.logits)
+        return verify_tree_greedy(tokens, parents, target.logits, target.argmax)
     probs = sampling_probs(target.logits, params.temperature, params.top_k, params.top_p)
     return verify_tree_sampling(tokens, parents, draft_probs, probs, generator)

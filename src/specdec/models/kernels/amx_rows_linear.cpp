@@ -170,6 +170,12 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   const bool k_exact = k_size % kTileK == 0;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
+    // The OpenMP threads are shared with anything else in the process that uses them (torch, llama.cpp's
+    // ggml built with OpenMP), and ggml configures its tiles once per thread: releasing the tiles, or leaving
+    // ours configured, made its next tile multiply fault or compute with our shapes. So put back whatever
+    // configuration the thread had.
+    TileConfig before;
+    _tile_storeconfig(&before);
     configure_tiles();
     std::vector<uint16_t> pad;  // a zero-padded copy of a block that would be read past w's rows or columns
 #pragma omp for schedule(static)
@@ -187,7 +193,10 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
         block(pad.data(), lda, xp.data(), k_tiles, m_tiles, m_size, yp, n_size, n0, n_valid, nullptr);
       }
     }
-    _tile_release();
+    if (before.palette_id != 0)
+      _tile_loadconfig(&before);
+    else
+      _tile_release();
   }
   return y;
 }

@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <cstring>
 #include <exception>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -154,12 +155,36 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   });
 }
 
+// The additive mask of a chain of t rows after `slot` committed tokens (committed slot s holds position s):
+// row i sees slots s <= slot + i within the window, as runtime.decoder_input's build_mask gives it. The
+// runtime passes no mask for a chain (building it took about ten small tensor ops per sequence and step).
+at::Tensor chain_mask(const int64_t* positions, int64_t t, int64_t groups, int64_t capacity, int64_t slot,
+                      int64_t window) {
+  for (int64_t i = 0; i < t; ++i)
+    TORCH_CHECK(positions[i] == slot + i, "a sequence without a mask must be a chain after its committed tokens");
+  auto mask = at::empty({groups * t, capacity}, at::TensorOptions().dtype(at::kFloat));
+  float* mp = mask.data_ptr<float>();
+  const float hidden = -std::numeric_limits<float>::infinity();
+  for (int64_t i = 0; i < t; ++i) {
+    const int64_t reach = slot + i;
+    const int64_t low = window < 0 ? 0 : std::max<int64_t>(0, reach - window + 1);
+    for (int64_t g = 0; g < groups; ++g) {
+      float* row = mp + (g * t + i) * capacity;
+      for (int64_t s = 0; s < capacity; ++s) row[s] = s >= low && s <= reach ? 0.0f : hidden;
+    }
+  }
+  return mask;
+}
+
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
-                  const at::Tensor& values, const at::Tensor& mask, const at::Tensor& order,
+                  const at::Tensor& values, const at::Tensor& given_mask, const at::Tensor& order,
                   const int64_t* positions, int64_t start, int64_t end, int64_t slot, int64_t window,
                   double scale, at::Tensor& out, specdec_bf16::Prefetcher* pf) {
   const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
   const int64_t groups = heads / kv_heads, capacity = keys_t.size(2), dim = keys_t.size(1);
+  TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
+  const at::Tensor mask = given_mask.numel() > 0 ? given_mask
+                                                 : chain_mask(positions + start, t, groups, capacity, slot, window);
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
   TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
               "order [T, capacity]");

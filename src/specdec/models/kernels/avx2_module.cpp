@@ -15,6 +15,7 @@ at::Tensor packed_rows_linear(at::Tensor x, at::Tensor packed, int64_t n_size, i
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
 at::Tensor rows_argmax(at::Tensor x);
+at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
@@ -32,6 +33,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #endif
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
+  m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of bfloat16 rows, bfloat16 out, one fixed order per row");
   m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");
