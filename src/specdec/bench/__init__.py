@@ -1,7 +1,7 @@
 """Side-by-side benchmark: plain and speculative decoding on the same prompts, in one process.
 
 prompts.py (jsonl loading, turn rendering), runner.py (the interleaved timing loop), divergence.py
-(first divergence, target's logit margin), transformers_rows.py (transformers' generate rows),
+(first divergence, target's logit margin), transformers_rows.py and llama_cpp_rows.py (peer libraries' rows),
 report.py (aggregates, JSON), table.py (rich tables), command.py (`specdec bench`).
 """
 

@@ -2,7 +2,7 @@
 
     specdec bench --prompts FILE.jsonl [--model M] [--speculative-config JSON] [--dtype D] [--device DEV]
                   [--limit N] [--categories a,b] [--per-category N] [--max-new-tokens 128] [--temperature 0] [--seed 0]
-                  [--warmup 1] [--include-transformers] [--output FILE.json] [--plot DIR]
+                  [--warmup 1] [--include-transformers] [--include-llama-cpp] [--output FILE.json] [--plot DIR]
     specdec bench --from-report FILE.json [--from-report ...] --plot DIR   (figures from saved reports, no run)
 
 Prompt file: jsonl, MT-Bench lines (question_id, category, turns) or lines with `prompt` (optional
@@ -77,6 +77,11 @@ def add_bench_parser(sub: argparse._SubParsersAction) -> None:
         help="add rows for transformers' generate: greedy and prompt lookup (K = num_speculative_tokens)",
     )
     bench.add_argument(
+        "--include-llama-cpp", action="store_true",
+        help="add rows for llama-cpp-python on the model's GGUF file: greedy and prompt lookup "
+        "(K = num_speculative_tokens); batch 1. Its quantized weights match ours with --quantization gguf",
+    )
+    bench.add_argument(
         "--batch-size", default=None,
         help="comma-separated batch sizes, e.g. 1,4,16,32: offline throughput with every prompt submitted and at "
         "most B running, per B plain and each speculative config (first turns; a PNG plot beside --output)",
@@ -116,6 +121,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     quantizations = parse_quantizations(args.quantization)
     if args.batch_size:
+        if args.include_llama_cpp:
+            raise ValueError("--include-llama-cpp runs at batch 1 only: drop it or --batch-size")
         if len(quantizations) > 1:
             raise SystemExit("--batch-size takes one --quantization at a time")
         args.quantization = quantizations[0]
@@ -137,6 +144,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         seed=args.seed,
         warmup=args.warmup,
         include_transformers=args.include_transformers,
+        include_llama_cpp=args.include_llama_cpp,
         progress=not args.no_progress,
     )
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
@@ -165,6 +173,8 @@ def _cmd_quantized(args: argparse.Namespace, config: object, categories: list[st
 
     if args.include_transformers:
         raise SystemExit("--include-transformers runs with one --quantization at a time")
+    if args.include_llama_cpp:
+        raise ValueError("--include-llama-cpp runs with one --quantization at a time (gguf: the same weights)")
     report = run_quantized_bench(
         args.prompts, quantizations, model=args.model, dtype=args.dtype, device=args.device,
         speculative_config=config, limit=args.limit, categories=categories, per_category=args.per_category,

@@ -37,6 +37,8 @@ class PromptResult:
     divergence: Divergence | None = None
     transformers: dict[str, tuple[list[int], float]] = field(default_factory=dict)  # mode -> (ids, seconds)
     transformers_divergence: dict[str, Divergence | None] = field(default_factory=dict)  # mode -> vs baseline
+    llama_cpp: dict[str, tuple[list[int], float]] = field(default_factory=dict)  # likewise for llama.cpp
+    llama_cpp_divergence: dict[str, Divergence | None] = field(default_factory=dict)
 
     @property
     def identical(self) -> bool:
@@ -113,19 +115,27 @@ def prompt_entry(r: PromptResult) -> dict[str, Any]:
         "divergence_tokens": d.to_dict() if d is not None else None,
     }
     if r.transformers:
-        entry["transformers"] = {}
-        for mode, (ids, seconds) in r.transformers.items():
-            td = r.transformers_divergence.get(mode)
-            entry["transformers"][mode] = {
-                "new_tokens": len(ids),
-                "seconds": round(seconds, 4),
-                "identical_to_plain": list(ids) == r.baseline_ids,
-                # against OUR plain output; the margin is our target's, at that position
-                "first_divergence": td.position if td is not None else None,
-                "logit_margin": round(td.logit_margin, 4) if td is not None else None,
-                "divergence_tokens": td.to_dict("transformers") if td is not None else None,
-            }
+        entry["transformers"] = _peer_entries(r.transformers, r.transformers_divergence, r.baseline_ids, "transformers")
+    if r.llama_cpp:
+        entry["llama_cpp"] = _peer_entries(r.llama_cpp, r.llama_cpp_divergence, r.baseline_ids, "llama_cpp")
     return entry
+
+
+def _peer_entries(runs: dict[str, tuple[list[int], float]], divergences: dict[str, Divergence | None],
+                  baseline_ids: list[int], peer: str) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for mode, (ids, seconds) in runs.items():
+        d = divergences.get(mode)
+        out[mode] = {
+            "new_tokens": len(ids),
+            "seconds": round(seconds, 4),
+            "identical_to_plain": list(ids) == baseline_ids,
+            # against OUR plain output; the margin is our target's, at that position
+            "first_divergence": d.position if d is not None else None,
+            "logit_margin": round(d.logit_margin, 4) if d is not None else None,
+            "divergence_tokens": d.to_dict(peer) if d is not None else None,
+        }
+    return out
 
 
 def build_report(
@@ -141,6 +151,7 @@ def build_report(
     exact_runtime: bool,
     chat_template: bool,
     transformers: dict[str, Any] | None = None,
+    llama_cpp: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     report = {
         "model": model,
@@ -159,4 +170,6 @@ def build_report(
     }
     if transformers is not None:
         report["transformers"] = transformers
+    if llama_cpp is not None:
+        report["llama_cpp"] = llama_cpp
     return report

@@ -3,9 +3,9 @@
 One loaded model serves both modes (two LLM objects, each with its own KV cache). For every turn of
 every question: render the prompt (earlier turns use the plain run's answers, so both modes get the
 same prompt ids; a question with given `answers` replays those and runs its last turn only), time plain
-decoding, then speculative decoding right after it (and transformers' generate when asked), so machine
-noise hits both alike. `warmup` prompts run untimed in every mode first. Mismatches are diagnosed after
-timing by one extra prefill on a separate runtime.
+decoding, then speculative decoding right after it (and transformers' generate and llama.cpp when asked),
+so machine noise hits both alike. `warmup` prompts run untimed in every mode first. Mismatches are
+diagnosed after timing by one extra prefill on a separate runtime.
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ import torch
 
 from specdec.api import LLM
 from specdec.bench.divergence import diagnose
+from specdec.bench.llama_cpp_rows import LlamaCppBaseline, import_llama_cpp, model_file
 from specdec.bench.prompts import Question, first_prompt, has_chat_template, load_questions, render_prompt
 from specdec.bench.report import PromptResult, build_report
 from specdec.bench.transformers_rows import MODES, TransformersBaseline, lookup_settings, summarize_rows, synchronize
@@ -55,6 +56,21 @@ def _transformers_baseline(loaded: LoadedModel, config: SpeculativeConfig, plain
     )
 
 
+def _llama_cpp_baseline(loaded: LoadedModel, path: str, config: SpeculativeConfig, plain: LLM,
+                        max_new_tokens: int) -> LlamaCppBaseline:
+    k, ngram = lookup_settings(config)
+    return LlamaCppBaseline(
+        model_path=path,
+        eos_token_ids=plain.eos_token_ids,
+        max_new_tokens=max_new_tokens,
+        lookup_tokens=k,
+        max_ngram_size=ngram,
+        n_threads=torch.get_num_threads(),  # as many threads as ours
+        n_gpu_layers=-1 if loaded.device.type == "cuda" else 0,
+        compared_with=loaded.quantization or str(loaded.dtype).removeprefix("torch."),
+    )
+
+
 def run_bench(
     prompts: str | Path,
     *,
@@ -71,6 +87,7 @@ def run_bench(
     seed: int = 0,
     warmup: int = 1,
     include_transformers: bool = False,
+    include_llama_cpp: bool = False,
     progress: bool = True,
     loaded: LoadedModel | None = None,
 ) -> dict[str, Any]:
@@ -78,6 +95,8 @@ def run_bench(
 
     `loaded` reuses an already loaded model (then `model`, `dtype`, `device` and `quantization` are taken
     from it); `quantization` ("int8", "int4", "gguf") quantizes the target's weights.
+    `include_transformers` / `include_llama_cpp` add rows for those libraries on the same prompts (batch 1;
+    llama.cpp needs llama-cpp-python and a GGUF model: transformers_rows.py, llama_cpp_rows.py).
     A list of speculative configs runs every method right after the same plain run of each prompt and
     returns {"runs": [one report per config], "comparison": [...]}: ratios from one run, side by side.
     """
@@ -94,10 +113,16 @@ def run_bench(
         raise ValueError("no speculative config to benchmark")
     if many and include_transformers:
         raise ValueError("--include-transformers works with one speculative config at a time")
+    if many and include_llama_cpp:
+        raise ValueError("--include-llama-cpp works with one speculative config at a time")
     if warmup < 0:
         raise ValueError(f"--warmup must be >= 0, got {warmup}")
     params = SamplingParams(temperature=temperature, max_tokens=max_new_tokens, seed=seed)
     questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
+    gguf: str | None = None
+    if include_llama_cpp:  # before the model load: no llama-cpp-python, or no GGUF file, fails at once
+        import_llama_cpp()
+        gguf = model_file(loaded.name if loaded is not None else model)
 
     if loaded is None:
         loaded = load_model(model, dtype=dtype, device=device, quantization=quantization)
@@ -105,6 +130,7 @@ def run_bench(
     specs = [LLM(loaded=loaded, speculative_config=c) for c in configs]
     tokenizer = loaded.tokenizer
     hf = _transformers_baseline(loaded, configs[0], plain, max_new_tokens) if include_transformers else None
+    llama = _llama_cpp_baseline(loaded, gguf, configs[0], plain, max_new_tokens) if gguf is not None else None
     torch.manual_seed(seed)
 
     for q in questions[:warmup]:
@@ -114,6 +140,8 @@ def run_bench(
             s.generate([{"prompt_token_ids": ids}], params)
         for mode in MODES if hf is not None else ():
             hf.generate(ids, mode)
+        for mode in MODES if llama is not None else ():
+            llama.generate(ids, mode)  # also builds its Llama objects, untimed
 
     def counters() -> list[dict[str, int]]:
         return [s.proposer.counters() if s.proposer is not None else {} for s in specs]
@@ -121,17 +149,21 @@ def run_bench(
     counted_from = counters()  # the warm-up does not count
     per_config: list[list[PromptResult]] = [[] for _ in specs]
     total = sum(len(q.benchmarked_turns()) for q in questions)
-    with tqdm(total=total, desc="bench", unit="turn", disable=not progress, dynamic_ncols=True) as bar:
-        for q in questions:
-            for i, rows in enumerate(_run_question(q, plain, specs, hf, params, bar)):
-                per_config[i].extend(rows)
-            base = sum(r.baseline_seconds for r in per_config[0])
-            speedups = [base / sum(r.speculative_seconds for r in rows) for rows in per_config]
-            bar.set_postfix(speedup="/".join(f"{x:.2f}x" for x in speedups),
-                            identical="/".join(str(sum(r.identical for r in rows)) for rows in per_config))
+    try:
+        with tqdm(total=total, desc="bench", unit="turn", disable=not progress, dynamic_ncols=True) as bar:
+            for q in questions:
+                for i, rows in enumerate(_run_question(q, plain, specs, hf, llama, params, bar)):
+                    per_config[i].extend(rows)
+                base = sum(r.baseline_seconds for r in per_config[0])
+                speedups = [base / sum(r.speculative_seconds for r in rows) for rows in per_config]
+                bar.set_postfix(speedup="/".join(f"{x:.2f}x" for x in speedups),
+                                identical="/".join(str(sum(r.identical for r in rows)) for rows in per_config))
+    finally:
+        if llama is not None:
+            llama.close()  # its worker process
 
     reports = [
-        _report(rows, loaded, config, plain, hf, max_new_tokens, temperature, seed, tokenizer)
+        _report(rows, loaded, config, plain, hf, llama, max_new_tokens, temperature, seed, tokenizer)
         for rows, config in zip(per_config, configs)
     ]
     for report, start, end in zip(reports, counted_from, counters()):
@@ -151,23 +183,23 @@ def comparison_row(report: dict[str, Any]) -> dict[str, Any]:
 
 
 def _report(results: list[PromptResult], loaded: LoadedModel, speculative_config: SpeculativeConfig, plain: LLM,
-            hf: TransformersBaseline | None, max_new_tokens: int, temperature: float, seed: int,
-            tokenizer: Any) -> dict[str, Any]:
+            hf: TransformersBaseline | None, llama: LlamaCppBaseline | None, max_new_tokens: int, temperature: float,
+            seed: int, tokenizer: Any) -> dict[str, Any]:
     diag_runtime = loaded.new_runtime()
     for r in results:
         r.divergence = diagnose(diag_runtime, r.prompt_ids, r.baseline_ids, r.speculative_ids)
         for mode, (ids, _) in r.transformers.items():
             r.transformers_divergence[mode] = diagnose(diag_runtime, r.prompt_ids, r.baseline_ids, ids)
+        for mode, (ids, _) in r.llama_cpp.items():
+            r.llama_cpp_divergence[mode] = diagnose(diag_runtime, r.prompt_ids, r.baseline_ids, ids)
 
-    transformers = None
-    if hf is not None:
-        transformers = summarize_rows(
-            [r.transformers for r in results],
-            [r.baseline_ids for r in results],
-            plain_seconds=sum(r.baseline_seconds for r in results),
-            plain_tokens=sum(len(r.baseline_ids) for r in results),
-            baseline=hf,
-        )
+    plain_ids = [r.baseline_ids for r in results]
+    plain_seconds = sum(r.baseline_seconds for r in results)
+    plain_tokens = sum(len(ids) for ids in plain_ids)
+    transformers = None if hf is None else summarize_rows(
+        [r.transformers for r in results], plain_ids, plain_seconds, plain_tokens, baseline=hf)
+    llama_cpp = None if llama is None else summarize_rows(
+        [r.llama_cpp for r in results], plain_ids, plain_seconds, plain_tokens, baseline=llama, peer="llama_cpp")
     return build_report(
         results,
         model=loaded.name,
@@ -180,11 +212,13 @@ def _report(results: list[PromptResult], loaded: LoadedModel, speculative_config
         exact_runtime=bool(plain.runtime.exact),
         chat_template=has_chat_template(tokenizer),
         transformers=transformers,
+        llama_cpp=llama_cpp,
     )
 
 
 def _run_question(
-    q: Question, plain: LLM, specs: list[LLM], hf: TransformersBaseline | None, params: SamplingParams, bar: Any
+    q: Question, plain: LLM, specs: list[LLM], hf: TransformersBaseline | None, llama: LlamaCppBaseline | None,
+    params: SamplingParams, bar: Any,
 ) -> list[list[PromptResult]]:
     """One list of results per speculative LLM; every method runs right after the same plain run."""
     given = q.answers is not None
@@ -196,11 +230,13 @@ def _run_question(
         for i, spec in enumerate(specs):
             spec_ids, _, spec_stats, spec_s = _timed_generate(spec, prompt, params)
             hf_runs = {mode: hf.generate(prompt, mode) for mode in MODES} if hf is not None else {}
+            llama_runs = {mode: llama.generate(prompt, mode) for mode in MODES} if llama is not None else {}
             out[i].append(
                 PromptResult(
                     question_id=q.question_id, category=q.category, turn=t + 1, prompt_ids=prompt,
                     baseline_ids=list(base_ids), speculative_ids=list(spec_ids), baseline_seconds=base_s,
                     speculative_seconds=spec_s, speculative_stats=spec_stats, transformers=hf_runs,
+                    llama_cpp=llama_runs,
                     baseline_prefill_seconds=base_stats.prefill_seconds if base_stats is not None else 0.0,
                 )
             )

@@ -10,6 +10,7 @@ from rich.console import Console
 from rich.table import Table
 
 MAX_MISMATCH_ROWS = 20
+PEERS = {"transformers": "transformers generate", "llama_cpp": "llama.cpp"}  # report key -> name in titles
 
 
 def notes(report: dict[str, Any]) -> list[str]:
@@ -27,6 +28,14 @@ def notes(report: dict[str, Any]) -> list[str]:
         )
     if report["temperature"] > 0 and "transformers" in report:
         out.append("transformers rows decode greedily (do_sample=False) whatever the temperature")
+    if report["temperature"] > 0 and "llama_cpp" in report:
+        out.append("llama.cpp rows decode greedily (temp=0) whatever the temperature")
+    others = {row["compared_with"] for row in report.get("llama_cpp", {}).values()} - {"gguf"}
+    if others:
+        out.append(
+            f"llama.cpp runs the GGUF file's quantized weights, ours {', '.join(sorted(others))}: identical outputs "
+            "are not expected (with --quantization gguf ours runs the same weights)"
+        )
     if report["prompt_format"] == "question_answer":
         out.append(
             "no chat template: prompts rendered as 'Question: ...\\nAnswer:', later turns append the plain run's answer"
@@ -64,9 +73,10 @@ def _main_table(report: dict[str, Any]) -> Table:
     return table
 
 
-def _transformers_table(report: dict[str, Any]) -> Table:
-    table = Table(title="transformers generate on the same prompts (speedup relative to our plain decoding)")
-    for name in ["decoder", "tokens", "seconds", "tok/s", "speedup", "= our plain", "= transformers greedy"]:
+def _peers_table(report: dict[str, Any]) -> Table:
+    names = " and ".join(name for key, name in PEERS.items() if key in report)
+    table = Table(title=f"{names} on the same prompts (speedup relative to our plain decoding)")
+    for name in ["decoder", "tokens", "seconds", "tok/s", "speedup", "= our plain", "= own greedy"]:
         table.add_column(name, justify="left" if name == "decoder" else "right")
     o = report["overall"]
     table.add_row(
@@ -77,13 +87,14 @@ def _transformers_table(report: dict[str, Any]) -> Table:
         f"specdec {report['method']}", str(o["speculative_new_tokens"]), f"{o['speculative_seconds']:.2f}",
         f"{o['speculative_tokens_per_second']:.1f}", f"{o['speedup']:.2f}x", f"{o['identical']}/{o['prompts']}", "",
     )
-    for row in report["transformers"].values():
-        n = row["prompts"]
-        table.add_row(
-            row["label"], str(row["new_tokens"]), f"{row['seconds']:.2f}", f"{row['tokens_per_second']:.1f}",
-            f"{row['speedup_vs_plain']:.2f}x", f"{row['identical_to_plain']}/{n}",
-            f"{row['identical_to_transformers_greedy']}/{n}",
-        )
+    for key in PEERS:
+        for row in report.get(key, {}).values():
+            n = row["prompts"]
+            table.add_row(
+                row["label"], str(row["new_tokens"]), f"{row['seconds']:.2f}", f"{row['tokens_per_second']:.1f}",
+                f"{row['speedup_vs_plain']:.2f}x", f"{row['identical_to_plain']}/{n}",
+                f"{row[f'identical_to_{key}_greedy']}/{n}",
+            )
     return table
 
 
@@ -93,11 +104,12 @@ def _mismatches(report: dict[str, Any]) -> list[tuple[str, dict[str, Any], dict[
     for p in report["per_prompt"]:
         if not p["identical"]:
             out.append((f"specdec {report['method']}", p, p))
-    for mode, row in report.get("transformers", {}).items():
-        for p in report["per_prompt"]:
-            t = p.get("transformers", {}).get(mode)
-            if t is not None and not t["identical_to_plain"]:
-                out.append((row["label"], p, t))
+    for key in PEERS:
+        for mode, row in report.get(key, {}).items():
+            for p in report["per_prompt"]:
+                t = p.get(key, {}).get(mode)
+                if t is not None and not t["identical_to_plain"]:
+                    out.append((row["label"], p, t))
     return out
 
 
@@ -114,7 +126,8 @@ def _mismatch_table(report: dict[str, Any]) -> Table | None:
         table.add_column(name, justify="left" if name == "decoder" else "right")
     for decoder, p, d in rows[:MAX_MISMATCH_ROWS]:
         t = d["divergence_tokens"] or {}
-        other = t.get("speculative_token", t.get("transformers_token"))
+        keys = ("speculative_token", *(f"{key}_token" for key in PEERS))
+        other = next((t[k] for k in keys if k in t), None)
         margin = d["logit_margin"]
         table.add_row(
             decoder, str(p["question_id"]), p["category"], str(p["turn"]), str(d["first_divergence"]),
@@ -128,8 +141,8 @@ def _mismatch_table(report: dict[str, Any]) -> Table | None:
 def print_report(report: dict[str, Any], console: Console | None = None) -> None:
     console = console or Console()
     console.print(_main_table(report))
-    if "transformers" in report:
-        console.print(_transformers_table(report))
+    if any(key in report for key in PEERS):
+        console.print(_peers_table(report))
     mismatches = _mismatch_table(report)
     if mismatches is not None:
         console.print(mismatches)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 
@@ -20,6 +20,12 @@ GREEDY = "greedy"
 PROMPT_LOOKUP = "prompt_lookup"
 MODES = (GREEDY, PROMPT_LOOKUP)
 DEFAULT_LOOKUP_TOKENS = 10
+
+
+class Peer(Protocol):
+    """A reference decoder whose rows summarize_rows builds (this module's, or llama_cpp_rows.py's)."""
+
+    def describe(self, mode: str) -> dict[str, Any]: ...
 
 
 def synchronize(device: torch.device) -> None:
@@ -91,11 +97,13 @@ def summarize_rows(
     plain_ids: Sequence[Sequence[int]],
     plain_seconds: float,
     plain_tokens: int,
-    baseline: TransformersBaseline,
+    baseline: Peer,
+    peer: str = "transformers",
 ) -> dict[str, dict[str, Any]]:
     """One row per mode: tokens/s, speedup against OUR plain decoding (plain seconds / their seconds over
     the same prompts; throughput_ratio is their tokens/s over our plain tokens/s, the fairer number when
-    they generate different tokens), and how many outputs equal our plain output and transformers' greedy."""
+    they generate different tokens), and how many outputs equal our plain output and the peer's own greedy
+    (`identical_to_{peer}_greedy`)."""
     rows = {}
     plain_tps = plain_tokens / plain_seconds if plain_seconds else 0.0
     for mode in MODES:
@@ -116,7 +124,7 @@ def summarize_rows(
             "throughput_ratio_vs_plain": round(tps / plain_tps, 4) if plain_tps else 0.0,
             "identical_to_plain": same_plain,
             "identical_to_plain_fraction": round(same_plain / n, 4) if n else 0.0,
-            "identical_to_transformers_greedy": same_greedy,
-            "identical_to_transformers_greedy_fraction": round(same_greedy / n, 4) if n else 0.0,
+            f"identical_to_{peer}_greedy": same_greedy,
+            f"identical_to_{peer}_greedy_fraction": round(same_greedy / n, 4) if n else 0.0,
         }
     return rows
