@@ -4,7 +4,8 @@
 # here. Reports in benchmarks/results/. MT-Bench: the first 2 questions of each of its 8 categories (its file
 # is sorted by category, so the first 10 questions would all be `writing`); MT_SELECT="--limit 10" gives
 # the writing-only selection of earlier runs.
-# CONFIGS and NAME (environment) run another list under another report name (bench_mtp_trees_dflash.sh).
+# CONFIGS and NAME (environment) run another list under another report name (bench_mtp_trees_dflash.sh);
+# SETS and OTHER_SELECT pick the prompt sets (the README's methods table: scripts/bench_methods_table.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results
@@ -33,5 +34,6 @@ bench() {  # name prompts [extra args...]
     --output "$OUT/$name.json" "$@" > "$OUT/$name.txt" 2>&1
   echo "$(date +%T) $name done"
 }
-bench "$NAME-mt_bench" "$MT" ${MT_SELECT:---per-category 2}
-bench "$NAME-other_kinds" "$OTHER"
+SETS=${SETS:-mt other}  # SETS=other: other_kinds only; OTHER_SELECT="--per-category 3": 12 of its 48 prompts
+if [[ " $SETS " == *" mt "* ]]; then bench "$NAME-mt_bench" "$MT" ${MT_SELECT:---per-category 2}; fi
+if [[ " $SETS " == *" other "* ]]; then bench "$NAME-other_kinds" "$OTHER" ${OTHER_SELECT:-}; fi

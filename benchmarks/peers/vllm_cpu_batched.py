@@ -20,6 +20,7 @@ Modes (each gets a fresh LLM, in its own subprocess of this script unless --inli
 * ``plain``          one request at a time (generate() per prompt), no speculation
 * ``plain-batched``  all prompts in one generate() call, no speculation
 * ``ngram-batched``  all prompts in one generate() call, n-gram (prompt lookup) speculation, k=5, n<=4
+* ``ngram``          one request at a time, the same n-gram speculation (the batch-1 peer table's row)
 
 Greedy (temperature 0), EOS honoured, bf16. The timed run follows one untimed warm-up generate. Prefix
 caching is off by default so that the warm-up (and repeated prompt prefixes) cannot make later prefills free.
@@ -41,7 +42,7 @@ import time
 from pathlib import Path
 
 FIRST_TURN = "Question: {turn}\nAnswer:"  # mirrors specdec.bench.prompts.FIRST_TURN
-MODES = ("plain", "plain-batched", "ngram-batched")
+MODES = ("plain", "plain-batched", "ngram-batched", "ngram")
 NGRAM_SPEC = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
 
 
@@ -108,7 +109,7 @@ def run_mode(mode: str, args: argparse.Namespace, prompt_ids: list[list[int]]) -
     if not config.get("architectures"):
         # specdec's converted folder has "architectures": null; vLLM picks the model class from it.
         kwargs["hf_overrides"] = {"architectures": ["Gemma3ForCausalLM"]}
-    if mode == "ngram-batched":
+    if mode.startswith("ngram"):
         kwargs["speculative_config"] = dict(NGRAM_SPEC)
         kwargs["disable_log_stats"] = False  # for the draft/accepted counters
     llm = LLM(**kwargs)
@@ -119,7 +120,7 @@ def run_mode(mode: str, args: argparse.Namespace, prompt_ids: list[list[int]]) -
                  use_tqdm=False)  # untimed warm-up
 
     t0 = time.perf_counter()
-    if mode == "plain":
+    if mode in ("plain", "ngram"):
         outputs = [llm.generate([inp], sp, use_tqdm=False)[0] for inp in inputs]
     else:
         outputs = llm.generate(inputs, sp, use_tqdm=False)
@@ -135,7 +136,7 @@ def run_mode(mode: str, args: argparse.Namespace, prompt_ids: list[list[int]]) -
         "finish_reasons": [o.outputs[0].finish_reason for o in outputs],
         "engine_kwargs": {k: v for k, v in kwargs.items() if k != "model"},
     }
-    if mode == "ngram-batched":
+    if mode.startswith("ngram"):
         result["spec_decode_metrics"] = _spec_metrics(llm)
     del llm, outputs
     gc.collect()
