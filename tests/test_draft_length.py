@@ -126,20 +126,8 @@ def test_auto_prices_the_drafters_fixed_cost_once_per_step():
     policy = AutoDraftLength(curve, max_length=1)
     policy.draft.fixed_ms = 4.0
     one = policy.choose([history([0.3])], [1])
-    many = policy.choose([history([0.9])] * 16, [1] * 16)
+    many = policy.choose([history([0.6])] * 16, [1] * 16)
     assert one == [0] and many == [1] * 16
-
-
-def test_auto_drafts_only_where_it_promises_the_margin():
-    """A draft row that promises 9% more tokens per second than no draft is not taken (the per-step estimate
-    leaves out the drain tail of a batch, DRAFT_MARGIN); one that promises 45% is."""
-    from specdec.scheduling.draft_length import DRAFT_MARGIN
-
-    curve = CostCurve([1, 2], [10.0, 11.0])  # the draft row costs 10% of the step
-    policy = AutoDraftLength(curve, max_length=1)
-    assert 1.2 / 11 < (1 + DRAFT_MARGIN) * 1 / 10 < 1.6 / 11
-    assert policy.choose([history([0.2])], [1]) == [0]
-    assert policy.choose([history([0.6])], [1]) == [1]
 
 
 def test_fixed_and_per_batch_size():

@@ -14,7 +14,7 @@
   off for good: the batch-wide counts fade (half-life HALF_LIFE sequence-steps), so new sequences start
   from recent evidence; and a sequence given no draft for PROBE_AFTER steps gets one draft row where a row
   kept at FIRST_GUESS would pay for its target rows (its drafting cost, also measured only while drafting,
-  left out). Drafting at all must promise DRAFT_MARGIN more than not drafting.
+  left out).
 """
 
 from __future__ import annotations
@@ -32,12 +32,6 @@ PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this 
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
 PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
-# Drafting must promise this much more than not drafting. The per-step estimate leaves out that sequences
-# which speculate finish at different times, so an offline batch drains into a tail of steps with few
-# sequences (plain decoding keeps every step full), and its costs are measured under noise. Without it,
-# EAGLE-3 "auto" at 32 sequences ran 0.87x plain on MT-Bench (its drafter is a third of such a step); with
-# it 0.98x, while where drafting pays (batch 1: 2.5-4x) the choice among draft lengths is unchanged.
-DRAFT_MARGIN = 0.25
 
 
 class DraftLengthPolicy(ABC):
@@ -151,7 +145,7 @@ class AutoDraftLength(DraftLengthPolicy):
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
             return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
 
-        best_ratio, best_rows, best_tokens = tokens / cost() * (1 + DRAFT_MARGIN), 0, tokens
+        best_ratio, best_rows, best_tokens = tokens / cost(), 0, tokens
         # the sequence whose next row is likeliest kept (the first on ties), from a heap: a linear scan per
         # row cost milliseconds a step at 32 sequences of 8 rows, a few percent of the step
         heap = [(-r[0], i) for i, r in enumerate(rates) if caps[i] > 0 and r[0] > 0]
