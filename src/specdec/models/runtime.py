@@ -40,7 +40,7 @@ class ForwardCall:
     parents: Sequence[int] | None = None
     capture: Sequence[int] = ()
     logit_rows: LogitRows = "all"
-    argmax: bool = False  # also each logit row's greedy token (a batch computes them in one call); may be None
+    argmax: bool = False  # also each logit row's greedy token, the whole batch's in one call (ForwardResult.argmax)
 
 
 class ModelRuntime(ABC):
