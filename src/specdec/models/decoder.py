@@ -1,7 +1,9 @@
 """Our own decoder for the native families (see architecture.py), in plain torch.
 
-It computes exactly what the transformers implementation computes, op for op in the same dtype, but
-over a preallocated KVCache with an explicit mask, with q/k/v and gate/up projections fused, and
+It computes what the transformers implementation computes, op for op in the same dtype (where our CPU
+kernels run the linears, attention and RMSNorm, each in a fixed order of its own: float32 rounding may
+differ from transformers', never between rows or batch sizes), but over a preallocated KVCache with an
+explicit mask, with q/k/v and gate/up projections fused, and
 without per-call Python overhead that does not matter for one sequence. The token axis is the leading
 one ([T, hidden]); a batch of sequences is their rows one after another, with attention run per sequence
 over its own cache (`forward_batch`), so a sequence's numbers never depend on what shares its forward.
