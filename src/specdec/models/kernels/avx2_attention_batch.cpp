@@ -188,7 +188,6 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
   TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
               "order [T, capacity]");
-  TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
   const bool ordered = order.numel() > 0;
   // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step.
   const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && mask.is_contiguous() &&

@@ -29,6 +29,21 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// AVX512 variants of the loops live beside the AVX2 ones in the same files (compiled with -mavx2): they
+// enable their ISA per function and run only where has_avx512() says the CPU has it.
+#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
+
+inline bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vl");
+  return yes;
+}
+
+SPECDEC_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
+  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+}
+
 // Software prefetch of the cache lines a later sequence's attention will read, a few lines at a time from
 // inside the current sequence's loops (pump), so its DRAM reads overlap this sequence's arithmetic: a batch's
 // decode step reads every sequence's keys and values cold, and without it attention waited on memory for

@@ -24,6 +24,8 @@ namespace {
 
 using specdec_bf16::bf16_to_float;
 using specdec_bf16::float_to_bf16;
+using specdec_bf16::has_avx512;
+using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 
 inline void store_bf16x8(uint16_t* p, __m256 v) {
@@ -54,12 +56,6 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
 
 // The same chains 16 dims per vector, on CPUs with AVX512F: every output element is still one FMA chain over
 // s in ascending order, so the bits are the AVX2 loop's.
-#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-SPECDEC_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
 
 // round to nearest even as store_bf16x8 (no NaN can come out of a sum of finite products of probabilities)
 SPECDEC_AVX512 inline void store_bf16x16(uint16_t* p, __m512 v) {
@@ -123,12 +119,6 @@ SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* v
     for (int r = 0; r < 4; ++r)
       for (int c = 0; c < 4; ++c) store_bf16x16(outs[r] + d0 + 16 * c, acc[r][c]);
   }
-}
-
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
 }
 
 }  // namespace

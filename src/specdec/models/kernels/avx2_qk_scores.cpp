@@ -23,6 +23,8 @@
 namespace {
 
 using specdec_bf16::bf16_to_float;
+using specdec_bf16::has_avx512;
+using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 
 // R query rows (float32, stride dim) against V * 8 slots starting at keys (row stride slots).
@@ -61,12 +63,6 @@ inline void score_rows(const float* q, const uint16_t* keys, int64_t dim, int64_
 // The same chains 16 slots per vector, on CPUs with AVX512F (every element the same FMA chain over d, so the
 // same bits as the AVX2 loop: the choice of ISA changes only how many slots share an instruction). It halves
 // the instructions of a decode step's scores, which run once per sequence and layer.
-#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
-
-SPECDEC_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
 
 template <int R, int V>
 SPECDEC_AVX512 inline void score_block16(const float* q, const uint16_t* keys, int64_t dim, int64_t slots, float* out,
@@ -94,12 +90,6 @@ SPECDEC_AVX512 void score_rows16(const float* q, const uint16_t* keys, int64_t d
   for (; s + 48 <= s1; s += 48) score_block16<R, 3>(q, keys + s, dim, slots, out + s, ldo, pf);
   for (; s + 16 <= s1; s += 16) score_block16<R, 1>(q, keys + s, dim, slots, out + s, ldo, pf);
   score_rows<R>(q, keys, dim, slots, out, ldo, s, s1);  // the tail: 8 slots a vector, then scalar
-}
-
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
 }
 
 // Slots [s0, s1) of `rows` query rows (out's row stride ldo): 48 slots (AVX512) at a time against every block

@@ -29,6 +29,8 @@ namespace {
 
 using specdec_bf16::bf16_to_float;
 using specdec_bf16::float_to_bf16;
+using specdec_bf16::has_avx512;
+using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 
 constexpr int kLanes = 16;
@@ -42,14 +44,12 @@ inline float lane_total(const float* acc) {
   return s2[0] + s2[1];
 }
 
-#define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))
 
 SPECDEC_AVX512 int64_t squares16(const uint16_t* x, int64_t d, float* acc) {
   __m512 a = _mm512_setzero_ps();
   int64_t k = 0;
   for (; k + kLanes <= d; k += kLanes) {
-    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + k));
-    const __m512 v = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
+    const __m512 v = load_bf16x16(x + k);
     a = _mm512_add_ps(a, _mm512_mul_ps(v, v));
   }
   _mm512_storeu_ps(acc, a);
@@ -78,34 +78,23 @@ SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
   return _mm512_cvtepi32_epi16(rounded);
 }
 
-SPECDEC_AVX512 inline __m512 from_bf16x16(const uint16_t* p) {
-  const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(raw), 16));
-}
-
 // The output steps of norm_row for the first 16 * (d / 16) values; returns how many it wrote.
 SPECDEC_AVX512 int64_t scale16(const uint16_t* x, int64_t d, float r, const float* fscale, const uint16_t* bscale,
                                uint16_t* y) {
   const __m512 rv = _mm512_set1_ps(r);
   int64_t j = 0;
   for (; j + 16 <= d; j += 16) {
-    const __m512 h = _mm512_mul_ps(from_bf16x16(x + j), rv);
+    const __m512 h = _mm512_mul_ps(load_bf16x16(x + j), rv);
     __m256i out;
     if (fscale) {
       out = to_bf16x16(_mm512_mul_ps(h, _mm512_loadu_ps(fscale + j)));
     } else {
       const __m512 hb = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(to_bf16x16(h)), 16));
-      out = to_bf16x16(_mm512_mul_ps(from_bf16x16(bscale + j), hb));
+      out = to_bf16x16(_mm512_mul_ps(load_bf16x16(bscale + j), hb));
     }
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(y + j), out);
   }
   return j;
-}
-
-bool has_avx512() {
-  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-                          __builtin_cpu_supports("avx512vl");
-  return yes;
 }
 
 void norm_row(const uint16_t* x, int64_t d, const float* fscale, const uint16_t* bscale, float eps, float fd,
