@@ -144,8 +144,6 @@ def test_cost_curve_interpolates_and_extrapolates():
     assert curve.single(3) == pytest.approx(13.0)
     assert curve.single(6) == pytest.approx(19.0)
     assert curve.batch(3, 4) == pytest.approx(16.0)
-    curve.verify_ms_per_row = 0.25  # each verified row's argmax
-    assert curve.batch(3, 4) == pytest.approx(17.0)
 
 
 @pytest.mark.parametrize("bad, message", [
@@ -195,7 +193,7 @@ def test_measured_cost_curve_splits_off_the_head(zoo):
 
     curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), repeats=1,
                                context=8, sequences=2)
-    assert curve.head_ms is not None and len(curve.head_ms) == 3 and curve.verify_ms_per_row > 0
+    assert curve.head_ms is not None and len(curve.head_ms) == 3
     assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values
 
 

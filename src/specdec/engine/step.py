@@ -55,11 +55,16 @@ class _Planned:
     kept: list[int] | None = None  # original indices of the tree's kept nodes
 
 
-def first_token(logits: torch.Tensor, params: SamplingParams, generator: torch.Generator | None,
+def first_token(logits: torch.Tensor | None, params: SamplingParams, generator: torch.Generator | None,
                 argmax: torch.Tensor | None = None) -> int:
-    """The token after the prompt from its last logit row (`argmax`: that row's greedy token, if computed)."""
+    """The token after the prompt from its last logit row (`argmax`: that row's greedy token, if computed;
+    greedy decoding needs only one of the two)."""
+    if params.greedy and argmax is not None:
+        return int(argmax)
+    if logits is None:
+        raise ValueError("the first token needs the prompt's last logit row")
     if params.greedy:
-        return int(greedy_argmax(logits) if argmax is None else argmax)
+        return int(greedy_argmax(logits))
     return sample(sampling_probs(logits[None], params.temperature, params.top_k, params.top_p)[0], generator)
 
 
@@ -99,7 +104,8 @@ def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
     if draft.parents is None:
         if len(draft) > limit:
             raise RuntimeError(f"{type(proposer).__name__} drafted {len(draft)} tokens, more than the {limit} allowed")
-        call = ForwardCall([token, *draft.tokens], None, seq.capture, rows, argmax=seq.params.greedy)
+        call = ForwardCall([token, *draft.tokens], None, seq.capture, rows, argmax=seq.params.greedy,
+                           logits=not seq.params.greedy)
         return _Planned(work, call, draft)
     if len(draft) > MAX_TOKENS_PER_FORWARD - 1:  # checked before the cut: independent of max_tokens
         raise RuntimeError(
@@ -109,7 +115,7 @@ def _plan_decode(work: Work, draft: Draft, early_exit: bool) -> _Planned:
     tree, kept = prune_to_depth(draft, room, work.max_tree_nodes)
     assert tree.parents is not None
     call = ForwardCall([token, *tree.tokens], [-1, *(p + 1 for p in tree.parents)], seq.capture, rows,
-                       argmax=seq.params.greedy)
+                       argmax=seq.params.greedy, logits=not seq.params.greedy)
     return _Planned(work, call, draft, tree, kept)
 
 
@@ -156,7 +162,7 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
             end = min(len(seq.prompt), seq.prefilled + work.chunk)
             last = end == len(seq.prompt)
             call = ForwardCall(seq.prompt[seq.prefilled : end], None, seq.capture, "last" if last else None,
-                               argmax=seq.params.greedy)
+                               argmax=seq.params.greedy, logits=not seq.params.greedy)
             plans.append(_Planned(work, call))
         else:
             early = lone and scores_head_early(seq)
@@ -188,8 +194,7 @@ def _after_prefill(seq: SequenceState, plan: _Planned, result: ForwardResult) ->
         seq.prefill_parts.append(result)
     if seq.prefilling:
         return None
-    assert result.logits is not None
-    token = first_token(result.logits[-1], seq.params, seq.generator,
+    token = first_token(None if result.logits is None else result.logits[-1], seq.params, seq.generator,
                         None if result.argmax is None else result.argmax[-1])
     if seq.proposer is not None:
         prefill = _joined(seq.prefill_parts)

@@ -21,7 +21,7 @@ from torch import nn
 from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
-from specdec.models.greedy_argmax import greedy_argmax
+from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
 
@@ -274,11 +274,12 @@ class DecoderInput:
     logit_rows: torch.Tensor | slice | None = field(default_factory=lambda: slice(None))
     order: torch.Tensor | None = None  # [T, capacity] per-token slot order of a draft tree
     argmax: bool = False  # also the greedy token of each logit row (one call for the whole batch)
+    logits: bool = True  # False: only `argmax` is read, the logits may be left out (requires argmax)
 
 
 @dataclass
 class DecoderOutput:
-    logits: torch.Tensor | None  # [R, vocab] float32, R = rows asked for
+    logits: torch.Tensor | None  # [R, vocab] float32, R = rows asked for; None where the input took argmax only
     hidden: dict[int, torch.Tensor]  # residual stream entering layer i ([T, hidden]); i == num_layers: last layer's output
     final_hidden: torch.Tensor  # [T, hidden] after the final norm
     argmax: torch.Tensor | None = None  # [R] greedy_argmax(logits), when an input asked for it
@@ -335,6 +336,13 @@ class Decoder(nn.Module):
             logits = torch.tanh(logits / cap) * cap
         return logits
 
+    def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:
+        """greedy_argmax(self.logits(hidden)) without the logits, where a fused head kernel computes exactly
+        that (a dense bf16 head on the AMX kernels, no softcap: tanh rounding can tie two logits); else None."""
+        if self.quantized_head is not None or self.packed_head is not None or self.arch.final_logit_softcap:
+            return None
+        return fused_greedy_argmax(hidden, self.head_weight())
+
     def forward(
         self,
         tokens: torch.Tensor,  # [T]
@@ -390,16 +398,19 @@ class Decoder(nn.Module):
         logits = greedy = None
         if wanted:
             index = torch.cat(wanted).to(h.device)
-            logits = self.logits(final[index])
-            if any(x.argmax for x in inputs):  # every row at once: one kernel call instead of one per sequence
-                greedy = greedy_argmax(logits)
+            if not any(x.logits for x, p in zip(inputs, picks) if p is not None):
+                greedy = self.greedy_tokens(final[index])  # None where no fused head applies
+            if greedy is None:
+                logits = self.logits(final[index])
+                if any(x.argmax for x in inputs):  # every row at once: one kernel call instead of one per sequence
+                    greedy = greedy_argmax(logits)
         outputs, offset = [], 0
         for i, x in enumerate(inputs):
             lo, hi = starts[i], starts[i + 1]
             seq_logits = seq_greedy = None
             if picks[i] is not None:
                 n = picks[i].numel()
-                seq_logits = logits[offset : offset + n]
+                seq_logits = None if logits is None else logits[offset : offset + n]
                 if x.argmax and greedy is not None:
                     seq_greedy = greedy[offset : offset + n]
                 offset += n

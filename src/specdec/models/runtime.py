@@ -41,6 +41,13 @@ class ForwardCall:
     capture: Sequence[int] = ()
     logit_rows: LogitRows = "all"
     argmax: bool = False  # also each logit row's greedy token, the whole batch's in one call (ForwardResult.argmax)
+    # False: the greedy tokens are all the caller reads, so a runtime may leave ForwardResult.logits None
+    # (the native one then runs the LM head fused with the argmax, without writing the logits)
+    logits: bool = True
+
+    def __post_init__(self) -> None:
+        if not self.logits and not self.argmax:
+            raise ValueError("a forward without logits must ask for their argmax")
 
 
 class ModelRuntime(ABC):
@@ -167,7 +174,7 @@ class NativeRuntime(ModelRuntime):
             masks = {w: reorder_mask(m, order, depth, cache.length) for w, m in masks.items()}
         ids = torch.as_tensor(list(tokens), dtype=torch.long, device=self.device)
         return DecoderInput(ids, positions, masks, cache, call.capture, _rows(call.logit_rows, t), order,
-                            call.argmax)
+                            call.argmax, call.logits)
 
     def _kernel_chain_masks(self) -> bool:
         """Whether this runtime's attention runs in the kernel's attention_batch, which builds a chain's

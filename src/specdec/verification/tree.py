@@ -46,13 +46,18 @@ def _first_of_each_token(nodes: list[int], tokens: Sequence[int]) -> list[int]:
     return out
 
 
-def verify_tree_greedy(tokens: Sequence[int], parents: Sequence[int], target_logits: torch.Tensor,
+def verify_tree_greedy(tokens: Sequence[int], parents: Sequence[int], target_logits: torch.Tensor | None,
                        target_argmax: torch.Tensor | None = None) -> Verification:
     """Temperature 0: from the root, descend into the (first) child equal to the target's argmax; the next
-    token is the argmax at the last node kept."""
-    _check(tokens, parents, target_logits.shape[0], "target logits")
+    token is the argmax at the last node kept. `target_argmax` (the greedy token of each row, when the forward
+    computed it) is enough without the logits."""
+    if target_argmax is None:
+        if target_logits is None:
+            raise ValueError("greedy verification needs the target's logits or their argmax")
+        target_argmax = greedy_argmax(target_logits)
+    _check(tokens, parents, target_argmax.shape[0], "target logits")
     children = tree_children(parents)
-    target = (greedy_argmax(target_logits) if target_argmax is None else target_argmax).tolist()
+    target = target_argmax.tolist()
     path: list[int] = []
     row = 0
     while True:

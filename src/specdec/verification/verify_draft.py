@@ -25,7 +25,7 @@ class TargetRows:
     final_hidden: torch.Tensor | None = None
     head_logits: HeadLogits | None = None
     vocab_size: int = 0
-    argmax: torch.Tensor | None = None  # greedy_argmax(logits) when the batched forward already computed it
+    argmax: torch.Tensor | None = None  # greedy_argmax(logits) when the forward computed it (enough for greedy)
 
 
 def chain_parents(n: int) -> list[int]:
@@ -42,14 +42,14 @@ def verify(
 ) -> Verification:
     """Verifies a draft (`parents` None: a chain) after the root; lossless for every choice it makes."""
     parents = chain_parents(len(tokens)) if parents is None else parents
-    if params.greedy and target.logits is None:
+    if params.greedy and target.logits is None and target.argmax is None:
         if target.final_hidden is None or target.head_logits is None:
             raise ValueError("greedy early exit needs the final hidden rows and a slice-exact head")
         return verify_greedy_early_exit(tokens, target.final_hidden, target.head_logits, target.vocab_size,
                                         parents=parents)
-    if target.logits is None:
-        raise ValueError("sampling verification needs the target's logits")
     if params.greedy:
         return verify_tree_greedy(tokens, parents, target.logits, target.argmax)
+    if target.logits is None:
+        raise ValueError("sampling verification needs the target's logits")
     probs = sampling_probs(target.logits, params.temperature, params.top_k, params.top_p)
     return verify_tree_sampling(tokens, parents, draft_probs, probs, generator)

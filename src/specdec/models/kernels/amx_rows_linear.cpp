@@ -16,76 +16,15 @@
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
-#include <omp.h>
-#include <immintrin.h>
-#include <sys/syscall.h>
-#include <unistd.h>
 
-#include <cstdint>
-#include <cstring>
-#include <vector>
+#include "amx_tiles.h"
 
 #pragma GCC push_options
 #pragma GCC target("amx-tile,amx-bf16,avx512f")  // this file only: the attention files stay AVX2
 
 namespace {
 
-constexpr int64_t kTileK = 32;  // bfloat16 per tile row (64 bytes)
-constexpr int64_t kTileN = 16;  // tile rows: output features per A tile
-constexpr int64_t kTileM = 16;  // x rows per B tile (its 16 float32 columns)
-constexpr int64_t kBlockN = 2 * kTileN;  // two A tiles per block
-// Software prefetch of the weights two blocks ahead: tile loads stall on DRAM misses, so without it the
-// tile multiplies and the memory traffic do not overlap (32 rows took 1.5x longer on the LM head).
-constexpr int64_t kPrefetchBlocks = 2;
-
-struct TileConfig {
-  uint8_t palette_id = 1;
-  uint8_t start_row = 0;
-  uint8_t reserved[14] = {};
-  uint16_t colsb[16] = {};
-  uint8_t rows[16] = {};
-};
-
-// tiles 0-3: C (n block i, m tile j at 2 * i + j), 4-5: A (weights), 6-7: B (x); all 16 rows x 64 bytes
-void configure_tiles() {
-  TileConfig cfg;
-  for (int t = 0; t < 8; ++t) {
-    cfg.rows[t] = 16;
-    cfg.colsb[t] = 64;
-  }
-  _tile_loadconfig(&cfg);
-}
-
-// Linux gives a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM).
-bool request_amx() {
-  constexpr int kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-}
-
-bool amx_permitted() {
-  static const bool ok = request_amx();
-  return ok;
-}
-
-// x [M, K] into the B operand's layout: for k tile t and m tile g, 16 rows (k pairs p) of 16 x-rows' pairs,
-// ((t * m_tiles + g) * 16 + p) * 16 + m  <-  (x[16 g + m][32 t + 2 p], x[16 g + m][32 t + 2 p + 1]) as one
-// 32-bit word, zero where out of range.
-std::vector<uint32_t> pack_x(const uint16_t* x, int64_t m_size, int64_t k_size, int64_t k_tiles, int64_t m_tiles) {
-  std::vector<uint32_t> packed(static_cast<size_t>(k_tiles * m_tiles * kTileM * kTileK / 2), 0);
-  const int64_t pairs = k_size / 2;
-#pragma omp parallel for schedule(static) num_threads(m_size >= 64 ? at::get_num_threads() : 1)
-  for (int64_t m = 0; m < m_size; ++m) {
-    const uint16_t* row = x + m * k_size;
-    uint32_t* out = packed.data() + (m / kTileM) * kTileM * 16 + m % kTileM;
-    for (int64_t q = 0; q < pairs; ++q) {
-      uint32_t v;
-      std::memcpy(&v, row + 2 * q, 4);
-      out[((q / 16) * m_tiles * 16 + q % 16) * 16] = v;
-    }
-    if (k_size % 2) out[((pairs / 16) * m_tiles * 16 + pairs % 16) * 16] = row[k_size - 1];
-  }
-  return packed;
-}
+using namespace specdec_amx;
 
 // y[m][n0 + r] = out[r][m - m_first] for the tile's rows r < n_valid and columns m < m_size: one gather of
 // a column and one store of 16 consecutive outputs per x row (a C tile is transposed against y).
@@ -107,36 +46,12 @@ inline void store_transposed(const float* out, float* y, int64_t n_size, int64_t
 void block(const uint16_t* w, int64_t lda, const uint32_t* xp, int64_t k_tiles, int64_t m_tiles, int64_t m_size,
            float* y, int64_t n_size, int64_t n0, int64_t n_valid, const uint16_t* ahead) {
   alignas(64) float out[kTileN * kTileM];
-  const int64_t stride = lda * 2;
   for (int64_t g = 0; g < m_tiles; g += 2) {
     const bool two = g + 1 < m_tiles;
-    _tile_zero(0);
-    _tile_zero(1);
-    _tile_zero(2);
-    _tile_zero(3);
-    for (int64_t t = 0; t < k_tiles; ++t) {
-      const uint32_t* b = xp + (t * m_tiles + g) * kTileM * 16;
-      if (ahead && g == 0)  // a later block's weights, one 64-byte line per row and k tile (no arithmetic)
-        for (int64_t r = 0; r < kBlockN; ++r) _mm_prefetch(reinterpret_cast<const char*>(ahead + r * lda + t * kTileK), _MM_HINT_T0);
-      _tile_loadd(4, w + t * kTileK, stride);
-      _tile_loadd(5, w + kTileN * lda + t * kTileK, stride);
-      _tile_loadd(6, b, 64);
-      _tile_dpbf16ps(0, 4, 6);
-      _tile_dpbf16ps(2, 5, 6);
-      if (two) {
-        _tile_loadd(7, b + kTileM * 16, 64);
-        _tile_dpbf16ps(1, 4, 7);
-        _tile_dpbf16ps(3, 5, 7);
-      }
-    }
+    block_tiles(w, lda, xp, k_tiles, m_tiles, g, two, ahead);
     for (int i = 0; i < 2; ++i) {
       for (int j = 0; j < (two ? 2 : 1); ++j) {
-        switch (2 * i + j) {
-          case 0: _tile_stored(0, out, 64); break;
-          case 1: _tile_stored(1, out, 64); break;
-          case 2: _tile_stored(2, out, 64); break;
-          default: _tile_stored(3, out, 64); break;
-        }
+        store_tile(2 * i + j, out);
         const int64_t rows = n_valid - i * kTileN;
         if (rows > 0) store_transposed(out, y, n_size, n0 + i * kTileN, rows, (g + j) * kTileM, m_size);
       }
@@ -170,14 +85,8 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   const bool k_exact = k_size % kTileK == 0;
 #pragma omp parallel num_threads(at::get_num_threads())
   {
-    // The OpenMP threads are shared with anything else in the process that uses them (torch, llama.cpp's
-    // ggml built with OpenMP), and ggml configures its tiles once per thread: releasing the tiles, or leaving
-    // ours configured, made its next tile multiply fault or compute with our shapes. So put back whatever
-    // configuration the thread had.
-    TileConfig before;
-    _tile_storeconfig(&before);
-    configure_tiles();
-    std::vector<uint16_t> pad;  // a zero-padded copy of a block that would be read past w's rows or columns
+    ThreadTiles tiles;
+    std::vector<uint16_t> pad;
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t n0 = b * kBlockN, n_valid = n_size - n0 < kBlockN ? n_size - n0 : kBlockN;
@@ -187,16 +96,10 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
               pf ? wr + (n0 + kPrefetchBlocks * kBlockN) * k_size : nullptr);
       } else {
         const int64_t lda = k_tiles * kTileK;
-        pad.assign(static_cast<size_t>(kBlockN * lda), 0);
-        for (int64_t r = 0; r < n_valid; ++r)
-          std::memcpy(pad.data() + r * lda, wr + (n0 + r) * k_size, static_cast<size_t>(k_size) * 2);
+        pad_block(wr, k_size, n0, n_valid, lda, pad);
         block(pad.data(), lda, xp.data(), k_tiles, m_tiles, m_size, yp, n_size, n0, n_valid, nullptr);
       }
     }
-    if (before.palette_id != 0)
-      _tile_loadconfig(&before);
-    else
-      _tile_release();
   }
   return y;
 }
