@@ -154,3 +154,20 @@ def test_no_rows_give_an_empty_result(with_kernel, monkeypatch):
     x, w, b = _case(640, 1030, rows=0)
     for fn in (fast_linear.linear, fast_linear.linear_float):
         assert fn(x, w, b).shape == (0, 1030)
+
+
+@pytest.mark.parametrize("rows", [1, 20, 150, 200])  # 150, 200: the wide form, with a tail of 22 and 8 rows
+@pytest.mark.parametrize("k,n", [(640, 1030), (2048, 97), (100, 53)])
+def test_amx_bfloat16_output_is_the_float32_output_rounded_by_torch(rows, k, n):
+    """rows_linear_bf16 (what `linear` returns for bfloat16 rows without bias) rounds in the kernel exactly as
+    rows_linear(...).to(torch.bfloat16) does, in the transposed and the wide form alike."""
+    if fast_linear.kernel_isa() != "amx":
+        pytest.skip("not the AMX kernel")
+    kern = fast_linear.kernel()
+    x, w, _ = _case(k, n, rows=rows, seed=5)
+    together = kern.rows_linear(x, w)
+    rounded = kern.rows_linear_bf16(x, w)
+    assert torch.equal(rounded.view(torch.int16), together.to(torch.bfloat16).view(torch.int16))
+    assert torch.equal(fast_linear.linear(x, w), rounded)
+    for i in range(0, rows, 37):
+        assert torch.equal(kern.rows_linear(x[i : i + 1], w), together[i : i + 1]), i

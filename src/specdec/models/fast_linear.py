@@ -162,6 +162,10 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     a quantization.QuantizedWeight."""
     if not isinstance(weight, torch.Tensor):
         return _quantized_rows(x, weight, bias).to(x.dtype)
+    if bias is None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
+        k = kernel()
+        if k is not None and hasattr(k, "rows_linear_bf16"):  # rounded in the kernel: no float32 output pass
+            return k.rows_linear_bf16(x, weight)
     y = _kernel_rows(x, weight, bias)
     if y is not None:
         return y.to(torch.bfloat16)

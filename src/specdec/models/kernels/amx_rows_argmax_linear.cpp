@@ -21,7 +21,7 @@
 #include "amx_tiles.h"
 
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
 
 namespace {
 

@@ -12,23 +12,35 @@
 // computes an element from its own row of A and column of B only. So an element's bits never depend on
 // M, on the other rows, on N slices, on the blocking or on the threads. K and N tails are zero-padded
 // in a small copy, never read past the tensors.
+//
+// From kWideRows rows on (prefill chunks, wide verification steps) the tile multiplies rather than the
+// weights' traffic are the cost, and the transposed form spends a third of its time re-reading the x tiles
+// and gathering C's columns. There the problem is computed as it stands, C = x @ w^T: x rows are the A
+// operand, loaded straight from x, and each block of 32 weight rows is transposed once per call into the
+// B operand's pair layout. The multiply is commutative and the per-element k order is the same, so the
+// bits are the transposed form's (tests/test_fast_linear.py checks both forms against each other).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
+#include <cstdlib>
+
 #include "amx_tiles.h"
 
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f")  // this file only: the attention files stay AVX2
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")  // this file only: the attention files stay AVX2
 
 namespace {
 
 using namespace specdec_amx;
 
 // y[m][n0 + r] = out[r][m - m_first] for the tile's rows r < n_valid and columns m < m_size: one gather of
-// a column and one store of 16 consecutive outputs per x row (a C tile is transposed against y).
-inline void store_transposed(const float* out, float* y, int64_t n_size, int64_t n0, int64_t n_valid,
+// a column and one store of 16 consecutive outputs per x row (a C tile is transposed against y). Out is
+// float32 or, rounded as torch rounds, bfloat16 (no float32 pass over the output afterwards).
+template <typename Out>
+inline void store_transposed(const float* out, Out* y, int64_t n_size, int64_t n0, int64_t n_valid,
                              int64_t m_first, int64_t m_size) {
   const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32(kTileM));
@@ -36,15 +48,19 @@ inline void store_transposed(const float* out, float* y, int64_t n_size, int64_t
                                            : static_cast<__mmask16>((1u << n_valid) - 1);
   for (int64_t c = 0; c < kTileM && m_first + c < m_size; ++c) {
     const __m512 v = _mm512_i32gather_ps(column, out + c, 4);
-    float* to = y + (m_first + c) * n_size + n0;
-    _mm512_mask_storeu_ps(to, mask, v);
+    Out* to = y + (m_first + c) * n_size + n0;
+    if constexpr (sizeof(Out) == 4)
+      _mm512_mask_storeu_ps(to, mask, v);
+    else
+      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
   }
 }
 
 // One block of up to 32 weight rows (w, row stride lda elements, k_tiles * 32 readable columns) against
 // every x row; writes y[m][n0 + i] for the block's n_valid rows.
+template <typename Out>
 void block(const uint16_t* w, int64_t lda, const uint32_t* xp, int64_t k_tiles, int64_t m_tiles, int64_t m_size,
-           float* y, int64_t n_size, int64_t n0, int64_t n_valid, const uint16_t* ahead) {
+           Out* y, int64_t n_size, int64_t n0, int64_t n_valid, const uint16_t* ahead) {
   alignas(64) float out[kTileN * kTileM];
   for (int64_t g = 0; g < m_tiles; g += 2) {
     const bool two = g + 1 < m_tiles;
@@ -59,27 +75,139 @@ void block(const uint16_t* w, int64_t lda, const uint32_t* xp, int64_t k_tiles, 
   }
 }
 
-}  // namespace
+constexpr int64_t kWideRows = 128;  // measured: below it the transposed form is as fast or faster (K = 640)
+// SPECDEC_AMX_WIDE_ROWS overrides it (tests compare the two forms; 0 is always wide)
+inline int64_t wide_rows() {
+  static const int64_t rows = [] {
+    const char* v = std::getenv("SPECDEC_AMX_WIDE_ROWS");
+    return v && *v ? std::atoll(v) : kWideRows;
+  }();
+  return rows;
+}
 
-bool amx_ready() { return amx_permitted(); }
+// A 16 x 16 block of 32-bit words (rows `stride` words apart) transposed into dst (16 rows of 16 words).
+inline void transpose16(const uint32_t* src, int64_t stride, uint32_t* dst) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
+}
 
-at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
-  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bfloat16 only");
-  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K]");
-  TORCH_CHECK(amx_permitted(), "the kernel could not get AMX tile state from the OS");
-  x = x.contiguous();
-  w = w.contiguous();
+// 32 weight rows (w, row stride lda elements, k_tiles * 32 readable columns) into the B operand's layout:
+// packed[(t * 2 + j) * 256 + p * 16 + c] = the pair p of k tile t of weight row 16 j + c.
+inline void pack_w_block(const uint16_t* w, int64_t lda, int64_t k_tiles, uint32_t* packed) {
+  for (int64_t t = 0; t < k_tiles; ++t)
+    for (int j = 0; j < 2; ++j)
+      transpose16(reinterpret_cast<const uint32_t*>(w + 16 * j * lda + kTileK * t), lda / 2, packed + (t * 2 + j) * 256);
+}
+
+// Rows [m0, m0 + 16) of C [.., 16 columns] from tile c: straight into y when whole and float32, else through
+// `out` (bfloat16 rounding, or a tail of rows or columns).
+template <typename Out>
+inline void store_tile_rows(int c, float* out, Out* y, int64_t n_size, int64_t m0, int64_t rows, int64_t n0,
+                            int64_t cols) {
+  if constexpr (sizeof(Out) == 4) {
+    if (rows == kTileM && cols == kTileN) {
+      float* to = y + m0 * n_size + n0;
+      switch (c) {
+        case 0: _tile_stored(0, to, n_size * 4); break;
+        case 1: _tile_stored(1, to, n_size * 4); break;
+        case 2: _tile_stored(2, to, n_size * 4); break;
+        default: _tile_stored(3, to, n_size * 4); break;
+      }
+      return;
+    }
+  }
+  store_tile(c, out);
+  const __mmask16 mask = cols >= kTileN ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 v = _mm512_load_ps(out + r * kTileN);
+    Out* to = y + (m0 + r) * n_size + n0;
+    if constexpr (sizeof(Out) == 4)
+      _mm512_mask_storeu_ps(to, mask, v);
+    else
+      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
+  }
+}
+
+// The wide form (k_size a multiple of 32): C = x @ w^T, blocks of 32 weight rows on the threads, each packed
+// once and multiplied against every 32-row group of x (the last group from a zero-padded copy).
+template <typename Out>
+void wide_linear_into(const uint16_t* xr, const uint16_t* wr, int64_t m_size, int64_t k_size, int64_t n_size, Out* yp) {
+  const int64_t k_tiles = k_size / kTileK, blocks = (n_size + kBlockN - 1) / kBlockN;
+  const int64_t full = m_size / (2 * kTileM) * (2 * kTileM), tail = m_size - full;
+  std::vector<uint16_t> xtail(tail ? static_cast<size_t>(2 * kTileM * k_size) : 0, 0);
+  if (tail) std::memcpy(xtail.data(), xr + full * k_size, static_cast<size_t>(tail * k_size) * 2);
+#pragma omp parallel num_threads(at::get_num_threads())
+  {
+    ThreadTiles tiles;
+    std::vector<uint32_t> packed(static_cast<size_t>(k_tiles * 2 * 256));
+    std::vector<uint16_t> pad;
+    alignas(64) float out[kTileM * kTileN];
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t n0 = b * kBlockN, n_valid = n_size - n0 < kBlockN ? n_size - n0 : kBlockN;
+      if (n_valid == kBlockN) {
+        pack_w_block(wr + n0 * k_size, k_size, k_tiles, packed.data());
+      } else {
+        pad_block(wr, k_size, n0, n_valid, k_size, pad);
+        pack_w_block(pad.data(), k_size, k_tiles, packed.data());
+      }
+      for (int64_t m = 0; m < m_size; m += 2 * kTileM) {
+        const bool last = m >= full;
+        const uint16_t* a = last ? xtail.data() : xr + m * k_size;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t t = 0; t < k_tiles; ++t) {
+          _tile_loadd(4, a + kTileK * t, k_size * 2);
+          _tile_loadd(5, a + kTileM * k_size + kTileK * t, k_size * 2);
+          _tile_loadd(6, packed.data() + (t * 2) * 256, 64);
+          _tile_loadd(7, packed.data() + (t * 2 + 1) * 256, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          _tile_dpbf16ps(1, 4, 7);
+          _tile_dpbf16ps(2, 5, 6);
+          _tile_dpbf16ps(3, 5, 7);
+        }
+        for (int i = 0; i < 2; ++i) {  // x tile i, weight half j
+          const int64_t rows = std::min<int64_t>(kTileM, m_size - m - i * kTileM);
+          for (int j = 0; j < 2; ++j) {
+            const int64_t cols = std::min<int64_t>(kTileN, n_valid - j * kTileN);
+            if (rows > 0 && cols > 0) store_tile_rows(2 * i + j, out, yp, n_size, m + i * kTileM, rows, n0 + j * kTileN, cols);
+          }
+        }
+      }
+    }
+  }
+}
+
+// y = x @ w.T into y [M, N] (float32, or uint16_t for bfloat16).
+template <typename Out>
+void linear_into(const at::Tensor& x, const at::Tensor& w, Out* yp) {
   const int64_t m_size = x.size(0), k_size = x.size(1), n_size = w.size(0);
-  auto y = at::empty({m_size, n_size}, x.options().dtype(at::kFloat));
-  if (m_size == 0 || n_size == 0) return y;
   const auto* xr = reinterpret_cast<const uint16_t*>(x.data_ptr());
   const auto* wr = reinterpret_cast<const uint16_t*>(w.data_ptr());
-  float* yp = y.data_ptr<float>();
+  if (m_size >= wide_rows() && k_size % kTileK == 0) return wide_linear_into(xr, wr, m_size, k_size, n_size, yp);
   const int64_t k_tiles = (k_size + kTileK - 1) / kTileK, m_tiles = (m_size + kTileM - 1) / kTileM;
-  if (k_size == 0) {
-    y.zero_();
-    return y;
-  }
   const std::vector<uint32_t> xp = pack_x(xr, m_size, k_size, k_tiles, m_tiles);
   const int64_t blocks = (n_size + kBlockN - 1) / kBlockN;
   const bool k_exact = k_size % kTileK == 0;
@@ -101,6 +229,38 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
       }
     }
   }
+}
+
+// The inputs checked and made contiguous, y allocated; false when there is nothing to multiply (y is then
+// empty or zeros).
+bool prepare(at::Tensor& x, at::Tensor& w, at::Tensor& y, at::ScalarType out) {
+  TORCH_CHECK(x.scalar_type() == at::kBFloat16 && w.scalar_type() == at::kBFloat16, "bfloat16 only");
+  TORCH_CHECK(x.dim() == 2 && w.dim() == 2 && x.size(1) == w.size(1), "x [M, K] and w [N, K]");
+  TORCH_CHECK(amx_permitted(), "the kernel could not get AMX tile state from the OS");
+  x = x.contiguous();
+  w = w.contiguous();
+  y = at::empty({x.size(0), w.size(0)}, x.options().dtype(out));
+  if (x.size(0) == 0 || w.size(0) == 0) return false;
+  if (x.size(1) == 0) {
+    y.zero_();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool amx_ready() { return amx_permitted(); }
+
+at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
+  at::Tensor y;
+  if (prepare(x, w, y, at::kFloat)) linear_into(x, w, y.data_ptr<float>());
+  return y;
+}
+
+at::Tensor rows_linear_bf16(at::Tensor x, at::Tensor w) {
+  at::Tensor y;
+  if (prepare(x, w, y, at::kBFloat16)) linear_into(x, w, reinterpret_cast<uint16_t*>(y.data_ptr()));
   return y;
 }
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #pragma GCC push_options
-#pragma GCC target("amx-tile,amx-bf16,avx512f")
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
 
 namespace specdec_amx {
 constexpr int64_t kTileK = 32;  // bfloat16 per tile row (64 bytes)
@@ -136,6 +136,17 @@ class ThreadTiles {
  private:
   TileConfig before_;
 };
+
+// 16 float32 to bfloat16 as torch's vectorized conversion rounds them (round to nearest even on the bits;
+// NaN to 0xFFFF), so a kernel's bfloat16 output equals its float32 output passed through .to(torch.bfloat16).
+inline __m256i to_bf16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  __m512i t = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  t = _mm512_add_epi32(_mm512_add_epi32(t, _mm512_set1_epi32(0x7fff)), bits);
+  t = _mm512_srli_epi32(t, 16);
+  t = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_set1_epi32(0xffff), t);
+  return _mm512_cvtusepi32_epi16(t);
+}
 
 // A zero-padded copy of rows [n0, n0 + n_valid) of w [.., k_size], each lda = k_tiles * 32 wide, for a block
 // that would otherwise be read past w's rows or columns.

@@ -8,6 +8,7 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w);
 #ifdef SPECDEC_AMX
 bool amx_ready();
 at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
+at::Tensor rows_linear_bf16(at::Tensor x, at::Tensor w);
 #endif
 #ifdef SPECDEC_PACKED_HEAD
 at::Tensor pack_bf16_panels(at::Tensor w);
@@ -25,6 +26,8 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef SPECDEC_AMX
   m.def("amx_ready", &amx_ready, "whether the OS gave this process the AMX tile state");
+  m.def("rows_linear_bf16", &rows_linear_bf16, "x @ w.T for bfloat16 rows, row-independent, rounded to "
+        "bfloat16 as rows_linear(x, w).to(torch.bfloat16)");
   m.def("rows_argmax_linear", &rows_argmax_linear, "argmax of each row of x @ w.T (bfloat16), as "
         "rows_argmax(rows_linear(x, w)) without the logits");
 #endif
