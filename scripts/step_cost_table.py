@@ -43,7 +43,8 @@ def main() -> None:
             for _ in range(args.repeats + 1):
                 t = time.perf_counter()
                 with torch.inference_mode():
-                    forward_batch(runtimes, [ForwardCall([5] * (k + 1), logit_rows="all") for _ in runtimes])
+                    forward_batch(runtimes, [ForwardCall([5] * (k + 1), logit_rows="all", argmax=True, logits=False)
+                                            for _ in runtimes])  # as greedy steps run
                 times.append((time.perf_counter() - t) * 1000)
                 for rt in runtimes:
                     rt.truncate(args.context)
