@@ -182,6 +182,10 @@ class DecoderLayer(nn.Module):
             q = norm_scale(self.q_norm, gemma).expand(a.num_heads, -1)
             k = norm_scale(self.k_norm, gemma).expand(a.num_kv_heads, -1)
             self.scales["qk_norm"] = torch.cat([q, k])  # [heads + kv_heads, head_dim]
+        for name in ("qkv", "o", "gate_up", "down"):  # inference weights in the AMX layout (not while training)
+            weight = getattr(self, name).weight
+            if isinstance(weight, torch.Tensor) and not weight.requires_grad:
+                fast_linear.pack_weight(weight)
 
     def norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return rms_norm(x, self.scales[name], self.arch.rms_norm_eps, self.arch.gemma_norm)

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
+from torch.utils.weak import WeakIdKeyDictionary
 
 logger = logging.getLogger(__name__)
 
@@ -50,7 +51,8 @@ _AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_b
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
-    "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", "amx_rows_argmax_linear.cpp", *_AVX2_SHARED],
+    "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", "amx_rows_argmax_linear.cpp",
+                                                 "amx_packed_linear.cpp", *_AVX2_SHARED],
             [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
     # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) and bf16_packed_linear.cpp (the LM head, packed_head.py)
     "avx512_bf16": ("specdec_cpu_kernels_avx512bf16",
@@ -131,6 +133,32 @@ def load_extension(name: str, sources: list[str], cflags: list[str], what: str) 
         return None
 
 
+# weight -> (its _version and data_ptr when packed, the packed copy): see pack_weight
+_PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
+
+
+def pack_weight(weight: torch.Tensor) -> bool:
+    """Keeps a copy of a bfloat16 CPU weight [N, K] in the AMX kernels' tile layout beside it
+    (kernels/amx_packed_linear.cpp: the same bits as the dense kernel, without re-laying the weight out on
+    every call). `linear` then uses it for as long as the weight is unchanged (an in-place change or a new
+    storage drops back to the dense path). False where there is no AMX kernel. Costs the weight's size once
+    more in memory, so the decoder packs its layers' linears and not the embedding-sized LM head."""
+    k = kernel()
+    if (k is None or not hasattr(k, "amx_pack_weight") or weight.dtype != torch.bfloat16
+            or weight.device.type != "cpu" or weight.dim() != 2 or weight.numel() == 0):
+        return False
+    with torch.no_grad():
+        _PACKED[weight] = ((weight._version, weight.data_ptr()), k.amx_pack_weight(weight.detach()))
+    return True
+
+
+def _packed(weight: torch.Tensor) -> torch.Tensor | None:
+    entry = _PACKED.get(weight)
+    if entry is None or entry[0] != (weight._version, weight.data_ptr()):
+        return None
+    return entry[1]
+
+
 def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """float32 x @ weight.T (+ bias) through the kernel when it applies, else None."""
     if x.dtype != torch.bfloat16 or x.device.type != "cpu":
@@ -138,7 +166,8 @@ def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     k = kernel()
     if k is None:
         return None
-    y = k.rows_linear(x, weight)
+    packed = _packed(weight)
+    y = k.rows_linear(x, weight) if packed is None else k.amx_packed_linear(x, packed, weight.shape[0], False)
     return y if bias is None else y.add_(bias.float())
 
 
@@ -165,6 +194,9 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if bias is None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
         k = kernel()
         if k is not None and hasattr(k, "rows_linear_bf16"):  # rounded in the kernel: no float32 output pass
+            packed = _packed(weight)
+            if packed is not None:
+                return k.amx_packed_linear(x, packed, weight.shape[0], True)
             return k.rows_linear_bf16(x, weight)
     y = _kernel_rows(x, weight, bias)
     if y is not None:

@@ -85,69 +85,6 @@ inline int64_t wide_rows() {
   return rows;
 }
 
-// A 16 x 16 block of 32-bit words (rows `stride` words apart) transposed into dst (16 rows of 16 words).
-inline void transpose16(const uint32_t* src, int64_t stride, uint32_t* dst) {
-  __m512i r[16], t[16];
-  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
-  for (int i = 0; i < 8; ++i) {
-    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
-    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
-  }
-  for (int i = 0; i < 4; ++i) {
-    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
-    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
-    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
-  }
-  for (int i = 0; i < 2; ++i)
-    for (int j = 0; j < 4; ++j) {
-      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
-      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
-    }
-  for (int j = 0; j < 8; ++j) {
-    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
-    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
-  }
-  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
-}
-
-// 32 weight rows (w, row stride lda elements, k_tiles * 32 readable columns) into the B operand's layout:
-// packed[(t * 2 + j) * 256 + p * 16 + c] = the pair p of k tile t of weight row 16 j + c.
-inline void pack_w_block(const uint16_t* w, int64_t lda, int64_t k_tiles, uint32_t* packed) {
-  for (int64_t t = 0; t < k_tiles; ++t)
-    for (int j = 0; j < 2; ++j)
-      transpose16(reinterpret_cast<const uint32_t*>(w + 16 * j * lda + kTileK * t), lda / 2, packed + (t * 2 + j) * 256);
-}
-
-// Rows [m0, m0 + 16) of C [.., 16 columns] from tile c: straight into y when whole and float32, else through
-// `out` (bfloat16 rounding, or a tail of rows or columns).
-template <typename Out>
-inline void store_tile_rows(int c, float* out, Out* y, int64_t n_size, int64_t m0, int64_t rows, int64_t n0,
-                            int64_t cols) {
-  if constexpr (sizeof(Out) == 4) {
-    if (rows == kTileM && cols == kTileN) {
-      float* to = y + m0 * n_size + n0;
-      switch (c) {
-        case 0: _tile_stored(0, to, n_size * 4); break;
-        case 1: _tile_stored(1, to, n_size * 4); break;
-        case 2: _tile_stored(2, to, n_size * 4); break;
-        default: _tile_stored(3, to, n_size * 4); break;
-      }
-      return;
-    }
-  }
-  store_tile(c, out);
-  const __mmask16 mask = cols >= kTileN ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 v = _mm512_load_ps(out + r * kTileN);
-    Out* to = y + (m0 + r) * n_size + n0;
-    if constexpr (sizeof(Out) == 4)
-      _mm512_mask_storeu_ps(to, mask, v);
-    else
-      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
-  }
-}
-
 // The wide form (k_size a multiple of 32): C = x @ w^T, blocks of 32 weight rows on the threads, each packed
 // once and multiplied against every 32-row group of x (the last group from a zero-padded copy).
 template <typename Out>
@@ -161,7 +98,6 @@ void wide_linear_into(const uint16_t* xr, const uint16_t* wr, int64_t m_size, in
     ThreadTiles tiles;
     std::vector<uint32_t> packed(static_cast<size_t>(k_tiles * 2 * 256));
     std::vector<uint16_t> pad;
-    alignas(64) float out[kTileM * kTileN];
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t n0 = b * kBlockN, n_valid = n_size - n0 < kBlockN ? n_size - n0 : kBlockN;
@@ -171,31 +107,8 @@ void wide_linear_into(const uint16_t* xr, const uint16_t* wr, int64_t m_size, in
         pad_block(wr, k_size, n0, n_valid, k_size, pad);
         pack_w_block(pad.data(), k_size, k_tiles, packed.data());
       }
-      for (int64_t m = 0; m < m_size; m += 2 * kTileM) {
-        const bool last = m >= full;
-        const uint16_t* a = last ? xtail.data() : xr + m * k_size;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
-        for (int64_t t = 0; t < k_tiles; ++t) {
-          _tile_loadd(4, a + kTileK * t, k_size * 2);
-          _tile_loadd(5, a + kTileM * k_size + kTileK * t, k_size * 2);
-          _tile_loadd(6, packed.data() + (t * 2) * 256, 64);
-          _tile_loadd(7, packed.data() + (t * 2 + 1) * 256, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          _tile_dpbf16ps(1, 4, 7);
-          _tile_dpbf16ps(2, 5, 6);
-          _tile_dpbf16ps(3, 5, 7);
-        }
-        for (int i = 0; i < 2; ++i) {  // x tile i, weight half j
-          const int64_t rows = std::min<int64_t>(kTileM, m_size - m - i * kTileM);
-          for (int j = 0; j < 2; ++j) {
-            const int64_t cols = std::min<int64_t>(kTileN, n_valid - j * kTileN);
-            if (rows > 0 && cols > 0) store_tile_rows(2 * i + j, out, yp, n_size, m + i * kTileM, rows, n0 + j * kTileN, cols);
-          }
-        }
-      }
+      packed_block_rows(xr, k_size, m_size, full, xtail.data(), packed.data(), k_tiles, yp, n_size, n0, n_valid,
+                        nullptr);
     }
   }
 }

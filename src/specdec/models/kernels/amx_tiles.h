@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <vector>
@@ -146,6 +147,109 @@ inline __m256i to_bf16(__m512 v) {
   t = _mm512_srli_epi32(t, 16);
   t = _mm512_mask_blend_epi32(_mm512_cmp_ps_mask(v, v, _CMP_ORD_Q), _mm512_set1_epi32(0xffff), t);
   return _mm512_cvtusepi32_epi16(t);
+}
+
+// A 16 x 16 block of 32-bit words (rows `stride` words apart) transposed into dst (16 rows of 16 words).
+inline void transpose16(const uint32_t* src, int64_t stride, uint32_t* dst) {
+  __m512i r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_si512(src + i * stride);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_epi32(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_epi32(r[2 * i], r[2 * i + 1]);
+  }
+  for (int i = 0; i < 4; ++i) {
+    r[4 * i + 0] = _mm512_unpacklo_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 1] = _mm512_unpackhi_epi64(t[4 * i + 0], t[4 * i + 2]);
+    r[4 * i + 2] = _mm512_unpacklo_epi64(t[4 * i + 1], t[4 * i + 3]);
+    r[4 * i + 3] = _mm512_unpackhi_epi64(t[4 * i + 1], t[4 * i + 3]);
+  }
+  for (int i = 0; i < 2; ++i)
+    for (int j = 0; j < 4; ++j) {
+      t[8 * i + j] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0x88);
+      t[8 * i + j + 4] = _mm512_shuffle_i32x4(r[8 * i + j], r[8 * i + j + 4], 0xdd);
+    }
+  for (int j = 0; j < 8; ++j) {
+    r[j] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0x88);
+    r[j + 8] = _mm512_shuffle_i32x4(t[j], t[j + 8], 0xdd);
+  }
+  for (int i = 0; i < 16; ++i) _mm512_storeu_si512(dst + i * 16, r[i]);
+}
+
+// 32 weight rows (w, row stride lda elements, k_tiles * 32 readable columns) into the B operand's layout:
+// packed[(t * 2 + j) * 256 + p * 16 + c] = the pair p of k tile t of weight row 16 j + c.
+inline void pack_w_block(const uint16_t* w, int64_t lda, int64_t k_tiles, uint32_t* packed) {
+  for (int64_t t = 0; t < k_tiles; ++t)
+    for (int j = 0; j < 2; ++j)
+      transpose16(reinterpret_cast<const uint32_t*>(w + 16 * j * lda + kTileK * t), lda / 2, packed + (t * 2 + j) * 256);
+}
+
+// Rows [m0, m0 + 16) of C [.., 16 columns] from tile c: straight into y when whole and float32, else through
+// `out` (bfloat16 rounding, or a tail of rows or columns).
+template <typename Out>
+inline void store_tile_rows(int c, float* out, Out* y, int64_t n_size, int64_t m0, int64_t rows, int64_t n0,
+                            int64_t cols) {
+  if constexpr (sizeof(Out) == 4) {
+    if (rows == kTileM && cols == kTileN) {
+      float* to = y + m0 * n_size + n0;
+      switch (c) {
+        case 0: _tile_stored(0, to, n_size * 4); break;
+        case 1: _tile_stored(1, to, n_size * 4); break;
+        case 2: _tile_stored(2, to, n_size * 4); break;
+        default: _tile_stored(3, to, n_size * 4); break;
+      }
+      return;
+    }
+  }
+  store_tile(c, out);
+  const __mmask16 mask = cols >= kTileN ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
+  for (int64_t r = 0; r < rows; ++r) {
+    const __m512 v = _mm512_load_ps(out + r * kTileN);
+    Out* to = y + (m0 + r) * n_size + n0;
+    if constexpr (sizeof(Out) == 4)
+      _mm512_mask_storeu_ps(to, mask, v);
+    else
+      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
+  }
+}
+
+// The untransposed form, C = x @ w^T, for one block of 32 weight rows in pack_w_block's layout (`packed`)
+// against every row of x (row stride lda elements, k_tiles * 32 readable columns; the rows from `full` on
+// are read from `tail`, a zero-padded copy of 32 rows): writes columns [n0, n0 + n_valid) of y. A group of
+// at most 16 rows multiplies one x tile. `ahead`: a later packed block, prefetched on the first group.
+template <typename Out>
+inline void packed_block_rows(const uint16_t* x, int64_t lda, int64_t m_size, int64_t full, const uint16_t* tail,
+                              const uint32_t* packed, int64_t k_tiles, Out* y, int64_t n_size, int64_t n0,
+                              int64_t n_valid, const uint32_t* ahead) {
+  alignas(64) float out[kTileM * kTileN];
+  for (int64_t m = 0; m < m_size; m += 2 * kTileM) {
+    const uint16_t* a = m >= full ? tail : x + m * lda;
+    const bool two = m_size - m > kTileM;
+    _tile_zero(0);
+    _tile_zero(1);
+    _tile_zero(2);
+    _tile_zero(3);
+    for (int64_t t = 0; t < k_tiles; ++t) {
+      if (ahead && m == 0)  // the later block's 2 KB of this k tile, one line at a time
+        for (int64_t l = 0; l < 32; ++l) _mm_prefetch(reinterpret_cast<const char*>(ahead + t * 512 + l * 16), _MM_HINT_T0);
+      _tile_loadd(4, a + kTileK * t, lda * 2);
+      _tile_loadd(6, packed + (t * 2) * 256, 64);
+      _tile_loadd(7, packed + (t * 2 + 1) * 256, 64);
+      _tile_dpbf16ps(0, 4, 6);
+      _tile_dpbf16ps(1, 4, 7);
+      if (two) {
+        _tile_loadd(5, a + kTileM * lda + kTileK * t, lda * 2);
+        _tile_dpbf16ps(2, 5, 6);
+        _tile_dpbf16ps(3, 5, 7);
+      }
+    }
+    for (int i = 0; i < (two ? 2 : 1); ++i) {  // x tile i, weight half j
+      const int64_t rows = std::min<int64_t>(kTileM, m_size - m - i * kTileM);
+      for (int j = 0; j < 2; ++j) {
+        const int64_t cols = std::min<int64_t>(kTileN, n_valid - j * kTileN);
+        if (rows > 0 && cols > 0) store_tile_rows(2 * i + j, out, y, n_size, m + i * kTileM, rows, n0 + j * kTileN, cols);
+      }
+    }
+  }
 }
 
 // A zero-padded copy of rows [n0, n0 + n_valid) of w [.., k_size], each lda = k_tiles * 32 wide, for a block

@@ -9,6 +9,8 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w);
 bool amx_ready();
 at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
 at::Tensor rows_linear_bf16(at::Tensor x, at::Tensor w);
+at::Tensor amx_pack_weight(at::Tensor w);
+at::Tensor amx_packed_linear(at::Tensor x, at::Tensor packed, int64_t n_size, bool bf16_out);
 #endif
 #ifdef SPECDEC_PACKED_HEAD
 at::Tensor pack_bf16_panels(at::Tensor w);
@@ -28,6 +30,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_ready", &amx_ready, "whether the OS gave this process the AMX tile state");
   m.def("rows_linear_bf16", &rows_linear_bf16, "x @ w.T for bfloat16 rows, row-independent, rounded to "
         "bfloat16 as rows_linear(x, w).to(torch.bfloat16)");
+  m.def("amx_pack_weight", &amx_pack_weight, "a bfloat16 weight [N, K] in the AMX B layout, once");
+  m.def("amx_packed_linear", &amx_packed_linear, "x @ w.T for amx_pack_weight(w): the bits of rows_linear");
   m.def("rows_argmax_linear", &rows_argmax_linear, "argmax of each row of x @ w.T (bfloat16), as "
         "rows_argmax(rows_linear(x, w)) without the logits");
 #endif
