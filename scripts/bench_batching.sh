@@ -8,6 +8,8 @@
 #   vllm   vLLM's CPU build (VLLM_PY, its own venv) on the same 32 other_kinds prompts, all batched: plain and
 #          n-gram; then benchmarks/peers/compare_with_vllm.py against `other` (every output checked against
 #          specdec's batch-1 plain)
+#   vllm20 the issue's comparison: 20 other_kinds prompts all batched (B=20), specdec (plain, n-gram "auto",
+#          EAGLE-3 "auto") then vLLM (plain, n-gram), and the comparison against specdec's batch-1 plain
 #   serve  `specdec serve` with n-gram "auto" and --max-prompt-tokens 16384: MT-Bench requests, 16 at
 #          concurrency 1 and 64 at concurrency 32; then, while 4 streams run (scripts/serve_long_prompt.py), a 30k-token prompt
 #          (refused: 400 naming the limit) and a 4k-token one (served: the streams' gaps, peak memory)
@@ -35,7 +37,7 @@ EVERY='[
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'
-PARTS=${*:-cost other mt vllm serve data every}
+PARTS=${*:-cost other mt vllm vllm20 serve data every}
 mkdir -p "$OUT"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 
@@ -56,6 +58,15 @@ if has vllm; then
     --limit 32 --max-tokens 128 --modes plain-batched,ngram-batched --threads 2 --output "$OUT/vllm-other_kinds.json"
   .venv/bin/python benchmarks/peers/compare_with_vllm.py --specdec "$OUT/other_kinds.json" \
     --vllm "$OUT/vllm-other_kinds.json" --batch-size 32 --output "$OUT/vllm-comparison.txt"
+fi
+if has vllm20; then
+  MODEL=$(ls -d ~/.cache/specdec/gguf/gemma-3-270m-*-bfloat16/ | head -1)
+  .venv/bin/specdec bench --prompts "$OTHER" --limit 20 --batch-size 20 --speculative-config "$CONFIGS" \
+    --output "$OUT/other_kinds-20.json" --no-progress | tee "$OUT/other_kinds-20.txt"
+  VLLM_CPU_KVCACHE_SPACE=2 "$VLLM_PY" benchmarks/peers/vllm_cpu_batched.py --model "$MODEL" --prompts "$OTHER" \
+    --limit 20 --max-tokens 128 --modes plain-batched,ngram-batched --threads 2 --output "$OUT/vllm-other_kinds-20.json"
+  .venv/bin/python benchmarks/peers/compare_with_vllm.py --specdec "$OUT/other_kinds-20.json" \
+    --vllm "$OUT/vllm-other_kinds-20.json" --batch-size 20 --output "$OUT/vllm-comparison-20.txt"
 fi
 if has serve; then
   .venv/bin/specdec serve --speculative-config "$AUTO" --max-num-seqs 32 --max-prompt-tokens 16384 --port "$PORT" \
@@ -78,19 +89,22 @@ if has data; then
   rm -rf "$OUT/data-b1" "$OUT/data-b16"
   for b in 1 16; do
     /usr/bin/time -f "%e" -o "$OUT/data-b$b.seconds" .venv/bin/specdec data generate --output "$OUT/data-b$b" \
-      --num-prompts 32 --max-new-tokens 128 --batch-size "$b"
+      --num-prompts "${DATA_PROMPTS:-96}" --max-new-tokens 128 --batch-size "$b" 2>&1 | tee "${TMPDIR:-/tmp}/specdec-data-b$b.log" | tail -2
   done
-  .venv/bin/python - "$OUT" <<'PY' | tee "$OUT/data-generate.txt"
+  .venv/bin/python - "$OUT" "${TMPDIR:-/tmp}" <<'PY' | tee "$OUT/data-generate.txt"
 import sys
 from pathlib import Path
 from specdec.training.self_distill import read_samples
-out = Path(sys.argv[1])
+out, tmp = Path(sys.argv[1]), sys.argv[2]
+import re
 runs = {b: {s.id: s.response_ids for s in read_samples(out / f"data-b{b}")} for b in (1, 16)}
 secs = {b: float((out / f"data-b{b}.seconds").read_text()) for b in (1, 16)}
 tps = {b: sum(map(len, runs[b].values())) / secs[b] for b in (1, 16)}
+gen = {b: float(re.findall(r"([0-9.]+) tok/s \(batch size", Path(f"{tmp}/specdec-data-b{b}.log").read_text())[-1]) for b in (1, 16)}
 same = sum(runs[16].get(k) == v for k, v in runs[1].items())
-print(f"batch 1: {tps[1]:.1f} tok/s ({secs[1]:.0f} s, process included); batch 16: {tps[16]:.1f} tok/s "
-      f"({secs[16]:.0f} s): {tps[16] / tps[1]:.2f}x; identical samples {same}/{len(runs[1])}")
+print(f"{len(runs[1])} prompts. Generation (model loading not counted): batch 1 {gen[1]:.1f} tok/s, batch 16 "
+      f"{gen[16]:.1f} tok/s: {gen[16] / gen[1]:.2f}x. Whole process: {tps[1]:.1f} ({secs[1]:.0f} s) and "
+      f"{tps[16]:.1f} tok/s ({secs[16]:.0f} s): {tps[16] / tps[1]:.2f}x. Identical samples {same}/{len(runs[1])}")
 PY
   rm -rf "$OUT/data-b1" "$OUT/data-b16"
 fi

@@ -203,4 +203,8 @@ def generate_data(
     finally:
         scheduler.abort_all()
         bar.close()
+    if progress and tokens:
+        seconds = time.perf_counter() - start
+        tqdm.write(f"generated {tokens} response tokens in {seconds:.1f} s: {tokens / seconds:.1f} tok/s "
+                   f"(batch size {batch_size}; loading the model not counted)")
     return path
