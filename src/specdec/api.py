@@ -24,7 +24,7 @@ from specdec.scheduling.draft_length import (
 )
 from specdec.scheduling.scheduler import (
     DEFAULT_KV_CACHE_BYTES,
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    OFFLINE_MAX_NUM_BATCHED_TOKENS,
     BatchScheduler,
     SchedulerConfig,
 )
@@ -64,7 +64,8 @@ class LLM:
         device: "cpu", "cuda", ...; default CUDA when available.
         max_model_len: longest prompt + max_tokens accepted (>= 2); None: the model's max_position_embeddings.
         max_num_seqs: sequences `generate` runs at once in one batched forward (continuous batching).
-        max_num_batched_tokens: rows per step (verification rows, then prefill chunks).
+        max_num_batched_tokens: rows per step (verification rows, then prefill chunks); the server's default
+            is smaller (512), so running streams wait less beside a long prompt.
         kv_cache_memory_bytes: the running sequences' KV caches together (admission waits beyond it).
         quantization: None (dense weights), "int8" (per output channel), "int4" (groups of 32) or "gguf" (a
             GGUF file's own quantized tensors, e.g. the default model's Q4_K_M), vLLM's key: the linear
@@ -80,7 +81,7 @@ class LLM:
         max_model_len: int | None = None,
         loaded: LoadedModel | None = None,
         max_num_seqs: int = 32,
-        max_num_batched_tokens: int = DEFAULT_MAX_NUM_BATCHED_TOKENS,
+        max_num_batched_tokens: int = OFFLINE_MAX_NUM_BATCHED_TOKENS,
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
         quantization: str | None = None,
     ) -> None:

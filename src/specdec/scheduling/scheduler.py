@@ -40,6 +40,10 @@ DEFAULT_KV_CACHE_BYTES = 4 << 30
 # beside a 6.7k-token prompt on a 2-core CPU, and 512 rows are a quarter of that arithmetic. Fewer rows per
 # chunk cost little: a chunk's weight reads are small beside its arithmetic.
 DEFAULT_MAX_NUM_BATCHED_TOKENS = 512
+# Offline (`LLM.generate`, `data generate`) nobody waits on a stream, and larger prefill chunks make fuller
+# GEMMs: 20 batched prompts of 100-700 tokens ran about 5% faster with 1024 or 2048 rows than with 512. As
+# vLLM, the offline engine takes more rows per step than the server.
+OFFLINE_MAX_NUM_BATCHED_TOKENS = 2048
 
 
 @dataclass

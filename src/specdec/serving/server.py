@@ -50,7 +50,7 @@ def add_serve_parser(sub: argparse._SubParsersAction) -> None:
                    help="requests generating at once, in one batched forward; each holds a KV cache (default 32)")
     p.add_argument("--max-num-batched-tokens", type=int, default=None,
                    help="rows per engine step: verification rows first, then prefill chunks; it bounds how long "
-                   "running streams wait while a long prompt is read (default: the engine's, 512)")
+                   "running streams wait while a long prompt is read (default 512; offline LLM.generate takes 2048)")
     p.add_argument("--kv-cache-memory-gib", type=float, default=None,
                    help="KV caches of the running requests together; admission waits beyond it (default: 4, or "
                    f"{KV_SHARE_OF_FREE_MEMORY:.0%}% of the memory free after loading the model if that is less)")
@@ -116,10 +116,13 @@ def build_state(args: argparse.Namespace):
 
     _check_args(args)
     config = parse_speculative_config(args.speculative_config)
-    batched_tokens = {} if args.max_num_batched_tokens is None else {"max_num_batched_tokens": args.max_num_batched_tokens}
+    from specdec.scheduling.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
+
+    batched_tokens = (DEFAULT_MAX_NUM_BATCHED_TOKENS if args.max_num_batched_tokens is None  # not the offline 2048
+                      else args.max_num_batched_tokens)
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
-              quantization=args.quantization,
-              max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs, **batched_tokens)
+              quantization=args.quantization, max_model_len=args.max_model_len, max_num_seqs=args.max_num_seqs,
+              max_num_batched_tokens=batched_tokens)
     if llm.max_model_len is None:
         raise ValueError("the model does not say its context length: pass --max-model-len")
     kv_budget = kv_cache_budget(args.kv_cache_memory_gib)

@@ -13,6 +13,7 @@
 #include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -27,6 +28,11 @@ using namespace specdec_amx;
 
 constexpr int64_t kBlockWords = 2 * 256;  // one k tile of a 32-column block: two 1 KB B tiles
 
+// Rows per pass over the weights: a chunk of x (256 rows x K = 640 is 320 KB) stays in each core's L2 while
+// every weight block multiplies it. Without the chunks, a prefill of thousands of rows re-read all of x
+// from L3 once per 32-column block.
+constexpr int64_t kChunkRows = 256;
+
 template <typename Out>
 void packed_into(const uint16_t* xr, int64_t lda, int64_t m_size, const uint32_t* packed, int64_t blocks,
                  int64_t k_tiles, int64_t n_size, Out* yp) {
@@ -37,12 +43,15 @@ void packed_into(const uint16_t* xr, int64_t lda, int64_t m_size, const uint32_t
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     ThreadTiles tiles;
+    for (int64_t m0 = 0; m0 < m_size; m0 += kChunkRows) {  // kChunkRows is a multiple of 32: only the last has a tail
+      const int64_t rows = std::min(kChunkRows, m_size - m0), chunk_full = std::min(full - m0, rows);
 #pragma omp for schedule(static)
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t n0 = b * kBlockN, n_valid = n_size - n0 < kBlockN ? n_size - n0 : kBlockN;
-      const uint32_t* ahead = b + kPrefetchBlocks < blocks ? packed + (b + kPrefetchBlocks) * block_words : nullptr;
-      packed_block_rows(xr, lda, m_size, full, xtail.data(), packed + b * block_words, k_tiles, yp, n_size, n0,
-                        n_valid, ahead);
+      for (int64_t b = 0; b < blocks; ++b) {
+        const int64_t n0 = b * kBlockN, n_valid = n_size - n0 < kBlockN ? n_size - n0 : kBlockN;
+        const uint32_t* ahead = b + kPrefetchBlocks < blocks ? packed + (b + kPrefetchBlocks) * block_words : nullptr;
+        packed_block_rows(xr + m0 * lda, lda, rows, chunk_full, xtail.data(), packed + b * block_words, k_tiles,
+                          yp + m0 * n_size, n_size, n0, n_valid, ahead);
+      }
     }
   }
 }
