@@ -25,7 +25,6 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
-#include <cstdlib>
 
 #include "amx_tiles.h"
 
@@ -44,16 +43,9 @@ inline void store_transposed(const float* out, Out* y, int64_t n_size, int64_t n
                              int64_t m_first, int64_t m_size) {
   const __m512i column = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                             _mm512_set1_epi32(kTileM));
-  const __mmask16 mask = n_valid >= kTileN ? static_cast<__mmask16>(0xFFFF)
-                                           : static_cast<__mmask16>((1u << n_valid) - 1);
-  for (int64_t c = 0; c < kTileM && m_first + c < m_size; ++c) {
-    const __m512 v = _mm512_i32gather_ps(column, out + c, 4);
-    Out* to = y + (m_first + c) * n_size + n0;
-    if constexpr (sizeof(Out) == 4)
-      _mm512_mask_storeu_ps(to, mask, v);
-    else
-      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
-  }
+  const __mmask16 mask = first_lanes(n_valid);
+  for (int64_t c = 0; c < kTileM && m_first + c < m_size; ++c)
+    store_outputs(y + (m_first + c) * n_size + n0, mask, _mm512_i32gather_ps(column, out + c, 4));
 }
 
 // One block of up to 32 weight rows (w, row stride lda elements, k_tiles * 32 readable columns) against
@@ -76,14 +68,6 @@ void block(const uint16_t* w, int64_t lda, const uint32_t* xp, int64_t k_tiles, 
 }
 
 constexpr int64_t kWideRows = 128;  // measured: below it the transposed form is as fast or faster (K = 640)
-// SPECDEC_AMX_WIDE_ROWS overrides it (tests compare the two forms; 0 is always wide)
-inline int64_t wide_rows() {
-  static const int64_t rows = [] {
-    const char* v = std::getenv("SPECDEC_AMX_WIDE_ROWS");
-    return v && *v ? std::atoll(v) : kWideRows;
-  }();
-  return rows;
-}
 
 // The wide form (k_size a multiple of 32): C = x @ w^T, blocks of 32 weight rows on the threads, each packed
 // once and multiplied against every 32-row group of x (the last group from a zero-padded copy).
@@ -119,7 +103,7 @@ void linear_into(const at::Tensor& x, const at::Tensor& w, Out* yp) {
   const int64_t m_size = x.size(0), k_size = x.size(1), n_size = w.size(0);
   const auto* xr = reinterpret_cast<const uint16_t*>(x.data_ptr());
   const auto* wr = reinterpret_cast<const uint16_t*>(w.data_ptr());
-  if (m_size >= wide_rows() && k_size % kTileK == 0) return wide_linear_into(xr, wr, m_size, k_size, n_size, yp);
+  if (m_size >= kWideRows && k_size % kTileK == 0) return wide_linear_into(xr, wr, m_size, k_size, n_size, yp);
   const int64_t k_tiles = (k_size + kTileK - 1) / kTileK, m_tiles = (m_size + kTileM - 1) / kTileM;
   const std::vector<uint32_t> xp = pack_x(xr, m_size, k_size, k_tiles, m_tiles);
   const int64_t blocks = (n_size + kBlockN - 1) / kBlockN;

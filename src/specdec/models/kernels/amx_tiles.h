@@ -149,6 +149,20 @@ inline __m256i to_bf16(__m512 v) {
   return _mm512_cvtusepi32_epi16(t);
 }
 
+// The first n (at most 16) of 16 lanes.
+inline __mmask16 first_lanes(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+// 16 float32 outputs to `to` (the lanes in `mask`), as float32 or rounded to bfloat16 (to_bf16).
+template <typename Out>
+inline void store_outputs(Out* to, __mmask16 mask, __m512 v) {
+  if constexpr (sizeof(Out) == 4)
+    _mm512_mask_storeu_ps(to, mask, v);
+  else
+    _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
+}
+
 // A 16 x 16 block of 32-bit words (rows `stride` words apart) transposed into dst (16 rows of 16 words).
 inline void transpose16(const uint32_t* src, int64_t stride, uint32_t* dst) {
   __m512i r[16], t[16];
@@ -201,15 +215,8 @@ inline void store_tile_rows(int c, float* out, Out* y, int64_t n_size, int64_t m
     }
   }
   store_tile(c, out);
-  const __mmask16 mask = cols >= kTileN ? static_cast<__mmask16>(0xFFFF) : static_cast<__mmask16>((1u << cols) - 1);
-  for (int64_t r = 0; r < rows; ++r) {
-    const __m512 v = _mm512_load_ps(out + r * kTileN);
-    Out* to = y + (m0 + r) * n_size + n0;
-    if constexpr (sizeof(Out) == 4)
-      _mm512_mask_storeu_ps(to, mask, v);
-    else
-      _mm256_mask_storeu_epi16(to, mask, to_bf16(v));
-  }
+  const __mmask16 mask = first_lanes(cols);
+  for (int64_t r = 0; r < rows; ++r) store_outputs(y + (m0 + r) * n_size + n0, mask, _mm512_load_ps(out + r * kTileN));
 }
 
 // The untransposed form, C = x @ w^T, for one block of 32 weight rows in pack_w_block's layout (`packed`)
