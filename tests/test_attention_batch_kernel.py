@@ -153,8 +153,8 @@ def test_a_chain_without_a_mask_gets_the_mask_build_mask_gives(window):
 def test_spans_are_shorter_than_the_cache_and_cover_what_a_row_sees():
     """The spans actually cut work (else this kernel would be the whole-buffer one) and never hide a visible
     slot: a window layer's span holds the whole window, a global layer's every slot up to the row."""
-    assert attention_span(3000, 4096, 512) == (2432, 3008)
-    assert attention_span(3000, 4096, None) == (0, 3072)
+    assert attention_span(3000, 4096, 512) == (2480, 3008)  # the window's 512 slots, in whole 16-slot groups
+    assert attention_span(3000, 4096, None) == (0, 3008)
     for reach in range(0, 1500, 7):
         for window in (None, 8, 100, 512):
             first, end = attention_span(reach, 1500, window)

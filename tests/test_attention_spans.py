@@ -1,6 +1,6 @@
 """Attention spans end to end: a token's logits are the same bits whether it is decoded alone, verified in a
 chain, verified as a node of a draft tree or read in a prefill chunk, with contexts long enough that rows
-read different spans of the cache (sliding windows of 8, spans rounded to 64 and 256 slots: see
+read different spans of the cache (sliding windows of 8, spans in 16-slot groups: see
 attention_mask.attention_span). On CPUs without the AVX2 attention kernel every row reads the whole cache,
 and the same equalities hold."""
 
@@ -55,7 +55,7 @@ def test_a_token_gets_the_same_logits_in_any_kind_of_forward(zoo, model):
     for start, result in zip(starts, forward_batch(runtimes, calls)):
         assert all(torch.equal(result.logits[i], after(start + 1 + i)) for i in range(min(9, LENGTH - start)))
 
-    # a tree: the true continuation as one path among random siblings, deep enough to cross a 64-slot step
+    # a tree: the true continuation as one path among random siblings, deep enough to cross a 16-slot group
     runtime = loaded.new_runtime()
     runtime.reset(CAPACITY)
     runtime.prefill(ids[:250])

@@ -69,16 +69,16 @@ def reorder_mask(mask: torch.Tensor, order: torch.Tensor, depth: torch.Tensor, c
 
 
 # Attention spans of the AVX2 attention kernel (kernels/avx2_attention_batch.cpp, attention_span there): a
-# query row reads only the columns [first, end) of its cache; the ends are rounded up to these steps.
-SPAN_WINDOW_STEP, SPAN_GLOBAL_STEP = 64, 256
+# query row reads only the columns [first, end) of its cache, whole groups of SPAN_STEP slots.
+SPAN_STEP = 16
 
 
 def attention_span(reach: int, capacity: int, window: int | None) -> tuple[int, int]:
-    """The columns [first, end) a query row reads in the AVX2 attention kernel, from the last column it may
-    see (`reach`: its position), the cache's capacity and the layer's sliding window. A function of these
-    alone, so a token's attention has the same bits wherever it is computed; the kernel's C++ twin."""
-    step = SPAN_GLOBAL_STEP if window is None else SPAN_WINDOW_STEP
-    end = min(capacity, -(-(reach + 1) // step) * step)
+    """The columns [first, end) a query row reads in the AVX2 attention kernel: the columns it may see (up to
+    `reach`, its position, and back to its sliding window's start) widened to whole 16-slot groups, within the
+    cache's capacity. The kernels' softmax sums each column into the lane of its slot, so the row's bits are
+    the same over any span that holds what it sees; the kernel's C++ twin."""
+    end = min(capacity, -(-(reach + 1) // SPAN_STEP) * SPAN_STEP)
     if window is None:
         return 0, end
-    return max(0, end - (-(-window // SPAN_WINDOW_STEP) * SPAN_WINDOW_STEP + SPAN_WINDOW_STEP)), end
+    return max(0, reach - window + 1) // SPAN_STEP * SPAN_STEP, end

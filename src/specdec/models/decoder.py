@@ -21,6 +21,7 @@ from torch import nn
 from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
+from specdec.models.gated_activation import gated_activation
 from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
@@ -83,7 +84,8 @@ def attention(
     """Masked attention over the whole cache buffer; returns [T, heads * head_dim].
 
     Query heads that share a KV head are stacked as extra rows, so grouped-query attention needs no
-    copy of the cache. Softmax runs in float32, as in transformers' eager attention.
+    copy of the cache. Softmax runs in float32, as in transformers' eager attention (with the kernels, their
+    softmax_rows: each column summed into the lane of its slot, so a row's bits do not depend on the span).
 
     With `order` (a draft tree), token i reads its columns in its own slot order, which puts its ancestors
     at the slots a chain would give them (`tree_slot_order`), and `mask` is in that order too. The float
@@ -105,7 +107,10 @@ def attention(
         scores = matmul(q, keys_t).float().mul_(scale)
     if order is not None:
         scores = scores.gather(-1, order.repeat(groups, 1).expand(kv_heads, -1, -1))
-    probs = scores.add_(mask).softmax(dim=-1).to(values.dtype)
+    if k is not None and hasattr(k, "softmax_rows") and scores.dtype == torch.float32:
+        probs = k.softmax_rows(scores.add_(mask), 0)  # column c is slot c (or a tree's column c)
+    else:
+        probs = scores.add_(mask).softmax(dim=-1).to(values.dtype)
     pv = _kernel_probs_values(probs, values, order, t)
     if pv is not None:  # every row a fixed-order sum over its own slot order: no per-token value copies
         return pv.view(kv_heads, groups, t, dim).permute(2, 0, 1, 3).reshape(t, heads * dim)
@@ -247,9 +252,8 @@ class DecoderLayer(nn.Module):
         else:
             h = h + attn
             x = self.norm(h, "post_attn_norm")
-        gate, up = linear(x, self.gate_up.weight, self.gate_up.bias).chunk(2, dim=-1)
-        act = F.gelu(gate, approximate="tanh") if a.activation == "gelu_tanh" else F.silu(gate)
-        out = linear(act * up, self.down.weight, self.down.bias)
+        act_up = gated_activation(linear(x, self.gate_up.weight, self.gate_up.bias), a.activation)
+        out = linear(act_up, self.down.weight, self.down.bias)
         if a.sandwich_norm:
             out = self.norm(out, "post_ffn_norm")
         return h + out

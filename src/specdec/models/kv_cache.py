@@ -3,7 +3,7 @@
 Slots [0, length) hold committed tokens at positions 0..length-1. A forward writes its T new tokens into
 slots [length, length + T) ("pending"); `commit` then keeps any subset of them (a chain prefix or the
 accepted path of a tree), moving them down so the committed slots stay contiguous. Attention runs over
-the whole buffer with a mask (the AVX2 kernel: over a span of it fixed by the row's position, see
+the whole buffer with a mask (the AVX2 kernel: over a span of it that holds what the row sees, see
 attention_mask.attention_span): a key length that depends on nothing but the row is what makes a row's result
 independent of how many queries share the forward, which is what makes speculative output identical to
 plain decoding.

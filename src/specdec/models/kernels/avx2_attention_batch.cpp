@@ -35,6 +35,8 @@ void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t*
                       int64_t slots, int64_t dim, uint16_t* out);
 void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
                         int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf);
+void softmax_row_bf16(const float* s, int64_t len, int64_t first, float* e, uint16_t* out);
+at::Tensor softmax_rows(at::Tensor scores, int64_t first);
 
 namespace {
 
@@ -45,21 +47,21 @@ using specdec_bf16::float_to_bf16;
 constexpr int64_t kSmallRows = 16;
 // Query rows per task when one sequence's rows are split over the threads.
 constexpr int64_t kRowBlock = 16;
-// Attention spans (see attention_span): the end is rounded up to these many slots.
-constexpr int64_t kWindowStep = 64, kGlobalStep = 256;
+// Attention spans (see attention_span) start and end on whole groups of this many slots.
+constexpr int64_t kSpanStep = 16;
 
 int64_t round_up(int64_t x, int64_t step) { return (x + step - 1) / step * step; }
 
 // The columns [first, end) a query row reads, from the last column it may see (`reach`: its own slot, or for
-// a tree in slot order its own depth's column), the buffer's capacity and the layer's window (-1: none).
-// Only these columns go through the softmax, whose float sums group their terms by the row's length: the
-// span depends on nothing but (reach, capacity, window), so a token's attention has the same bits in plain
-// decoding, in a verified chain or tree and in a prefill chunk, whatever shares the call. Columns outside
-// the span are masked for the row (beyond its reach, or a whole step behind its window).
+// a tree in slot order its own depth's column), the buffer's capacity and the layer's window (-1: none):
+// the row's visible columns, widened to whole 16-slot groups. Columns in the span the row may not see are
+// masked (-inf, probability exactly 0), and the softmax (avx2_softmax.cpp) sums each column into the lane of
+// its slot, so a token's attention has the same bits over any span that holds what it sees: in plain
+// decoding, in a verified chain or tree and in a prefill chunk, whatever shares the call.
 std::pair<int64_t, int64_t> attention_span(int64_t reach, int64_t capacity, int64_t window) {
-  if (window < 0) return {0, std::min(capacity, round_up(reach + 1, kGlobalStep))};
-  const int64_t end = std::min(capacity, round_up(reach + 1, kWindowStep));
-  return {std::max<int64_t>(0, end - (round_up(window, kWindowStep) + kWindowStep)), end};
+  const int64_t end = std::min(capacity, round_up(reach + 1, kSpanStep));
+  if (window < 0) return {0, end};
+  return {std::max<int64_t>(0, reach - window + 1) / kSpanStep * kSpanStep, end};
 }
 
 // Rows [lo, hi) of one sequence that share one span, through qk, mask, softmax and probs x values.
@@ -81,7 +83,7 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
   } else {
     scores = qk_scores_at(qs, keys_t, first, len).mul_(scale);
   }
-  const auto probs = scores.add_(m).softmax(-1).to(at::kBFloat16);
+  const auto probs = softmax_rows(scores.add_(m), first);
   const auto pv = probs_values_at(probs, values, tree ? span_order : order, n, first);
   out_rows.index_copy_(0, rows, pv.view({kv_heads, groups, n, dim}).permute({2, 0, 1, 3}).reshape({n, heads * dim}));
 }
@@ -89,7 +91,8 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 // span_rows for rows that read the cache in slot order (no tree order), with the same arithmetic on raw
 // pointers: the softmax and its rounding to bfloat16 are the only tensor ops. A decoding sequence ran about
 // fifteen small tensor ops per layer through span_rows, microseconds each: at 32 sequences that was a fifth
-// of a decode step. Needs contiguous cache buffers and mask, and q's last axis contiguous.
+// of a decode step. No tensor op at all here. Needs contiguous cache buffers and mask, and q's last axis
+// contiguous.
 // qp: the sequence's first query row ([t, heads, dim] with strides q_row, q_head, 1); op: its first output
 // row (stride out_row).
 void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, const at::Tensor& keys_t,
@@ -106,8 +109,8 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       float* dst = qf.data() + (h * n + j) * dim;
       for (int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_float(src[d]);
     }
-  auto scores = at::empty({kv_heads, gn, len}, keys_t.options().dtype(at::kFloat));
-  float* sp = scores.data_ptr<float>();
+  std::vector<float> scores(static_cast<size_t>(kv_heads * gn * len));
+  float* sp = scores.data();
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   const float fscale = static_cast<float>(scale);
   const float* mp = mask.data_ptr<float>();
@@ -132,12 +135,11 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       }
     }
   });
-  const auto probs = scores.softmax(-1).contiguous();
-  const float* fp = probs.data_ptr<float>();
-  std::vector<uint16_t> pb(kv_heads * gn * len);  // .to(bfloat16): round to nearest even
+  std::vector<uint16_t> pb(kv_heads * gn * len);  // the probabilities, rounded to bfloat16
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
   at::parallel_for(0, kv_heads * gn, kRowBlock, [&](int64_t r0, int64_t r1) {
-    for (int64_t c = r0 * len; c < r1 * len; ++c) pb[c] = float_to_bf16(fp[c]);
+    std::vector<float> e(static_cast<size_t>(len));
+    for (int64_t hr = r0; hr < r1; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);
     auto out_of = [&](int64_t hr) {  // hr = (h * groups + g) * n + j
       const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
       return op + rows[j] * out_row + (h * groups + g) * dim;

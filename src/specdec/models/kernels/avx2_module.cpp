@@ -20,6 +20,8 @@ at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, i
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
 at::Tensor rows_argmax(at::Tensor x);
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
+at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
+at::Tensor softmax_rows(at::Tensor scores, int64_t first);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
@@ -44,6 +46,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
   m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of bfloat16 rows, bfloat16 out, one fixed order per row");
+  m.def("gated_act_mul", &gated_act_mul, "act(gate) * up for gate_up = [gate | up] (tanh GELU or SiLU), "
+        "bfloat16 in and out, each value alone");
+  m.def("softmax_rows", &softmax_rows, "attention softmax of float32 score rows whose column c is cache slot "
+        "first + c, bfloat16 out; a row's bits do not depend on its length past its visible columns");
   m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");
