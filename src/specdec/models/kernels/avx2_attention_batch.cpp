@@ -92,13 +92,14 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 // pointers: the softmax and its rounding to bfloat16 are the only tensor ops. A decoding sequence ran about
 // fifteen small tensor ops per layer through span_rows, microseconds each: at 32 sequences that was a fifth
 // of a decode step. No tensor op at all here. Needs contiguous cache buffers and mask, and q's last axis
-// contiguous.
+// contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
+// committed tokens, whose mask (chain_mask's) is applied as it is read instead of being built.
 // qp: the sequence's first query row ([t, heads, dim] with strides q_row, q_head, 1); op: its first output
 // row (stride out_row).
 void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, const at::Tensor& keys_t,
-                             const at::Tensor& values, const at::Tensor& mask, const std::vector<int64_t>& rows,
-                             int64_t first, int64_t end, int64_t t, int64_t kv_heads, int64_t groups, double scale,
-                             uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf) {
+                             const at::Tensor& values, const float* mp, int64_t chain_slot, int64_t window,
+                             const std::vector<int64_t>& rows, int64_t first, int64_t end, int64_t t, int64_t kv_heads,
+                             int64_t groups, double scale, uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf) {
   const int64_t n = static_cast<int64_t>(rows.size()), dim = keys_t.size(1), len = end - first;
   const int64_t capacity = keys_t.size(2), gn = groups * n;
   // query rows as float32 (exact) in (kv head, group, row) order, as span_rows lays them out
@@ -113,7 +114,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   float* sp = scores.data();
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   const float fscale = static_cast<float>(scale);
-  const float* mp = mask.data_ptr<float>();
+  const float hidden = -std::numeric_limits<float>::infinity();
   // Blocks of rows on the threads (a prefill chunk's hundreds of rows; a decoding sequence is one block, and
   // inside attention_batch's own parallel region these loops run serially). Rows are independent, so the
   // split changes no bits.
@@ -127,10 +128,19 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t g = r / n, j = r % n;
         float* row = sp + (h * gn + r) * len;
-        const float* mrow = mp + (g * t + rows[j]) * capacity + first;
-        for (int64_t c = 0; c < len; ++c) {
-          const float scaled = row[c] * fscale;
-          row[c] = scaled + mrow[c];
+        if (mp) {
+          const float* mrow = mp + (g * t + rows[j]) * capacity + first;
+          for (int64_t c = 0; c < len; ++c) {
+            const float scaled = row[c] * fscale;
+            row[c] = scaled + mrow[c];
+          }
+        } else {  // chain_mask's values: 0 for the slots [low, reach] the token sees, -inf elsewhere
+          const int64_t reach = chain_slot + rows[j];
+          const int64_t low = window < 0 ? 0 : std::max<int64_t>(0, reach - window + 1);
+          for (int64_t c = 0; c < len; ++c) {
+            const float scaled = row[c] * fscale;
+            row[c] = scaled + (first + c >= low && first + c <= reach ? 0.0f : hidden);
+          }
         }
       }
     }
@@ -185,14 +195,19 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
   const int64_t groups = heads / kv_heads, capacity = keys_t.size(2), dim = keys_t.size(1);
   TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
-  const at::Tensor mask = given_mask.numel() > 0 ? given_mask
-                                                 : chain_mask(positions + start, t, groups, capacity, slot, window);
-  TORCH_CHECK(mask.dim() == 2 && mask.size(0) == groups * t && mask.size(1) == capacity, "mask [groups * T, capacity]");
+  const bool given = given_mask.numel() > 0;
+  if (given) {
+    TORCH_CHECK(given_mask.dim() == 2 && given_mask.size(0) == groups * t && given_mask.size(1) == capacity,
+                "mask [groups * T, capacity]");
+  } else {
+    for (int64_t i = 0; i < t; ++i)
+      TORCH_CHECK(positions[start + i] == slot + i, "a sequence without a mask must be a chain after its committed tokens");
+  }
   TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
               "order [T, capacity]");
   const bool ordered = order.numel() > 0;
   // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step.
-  const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && mask.is_contiguous() &&
+  const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && (!given || given_mask.is_contiguous()) &&
                    q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.is_contiguous();
   // KVCache.write: pending slots [slot, slot + t)
   if (raw) {
@@ -224,6 +239,7 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     spans[i] = {span, i};
   }
   std::stable_sort(spans.begin(), spans.end());
+  const at::Tensor mask = raw || given ? given_mask : chain_mask(positions + start, t, groups, capacity, slot, window);
   const auto index = at::TensorOptions().dtype(at::kLong);
   for (size_t a = 0; a < spans.size();) {
     size_t b = a;
@@ -232,7 +248,8 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
     const auto [first, stop] = spans[a].first;
     if (raw) {
       span_rows_in_slot_order(reinterpret_cast<const uint16_t*>(q.data_ptr<at::BFloat16>()) + start * q.stride(0),
-                              q.stride(0), q.stride(1), keys_t, values, mask, rows, first, stop, t, kv_heads, groups,
+                              q.stride(0), q.stride(1), keys_t, values, given ? given_mask.data_ptr<float>() : nullptr,
+                              slot, window, rows, first, stop, t, kv_heads, groups,
                               scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
                               out.stride(0), pf);
     } else {
@@ -292,24 +309,44 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   // first one is kept and rethrown after it.
   std::exception_ptr error;
   const at::ThreadLocalState caller;  // grad / inference mode and the rest, as at::parallel_for passes them on
-  // Round-robin over the threads, so each knows its next sequence and prefetches its keys and values while
-  // it computes this one (next_reads).
-  const int64_t threads = at::get_num_threads();
-#pragma omp parallel for schedule(static, 1) num_threads(threads)
-  for (int64_t j = 0; j < m; ++j) {
-    const int64_t i = small[j];
-    try {
-      const at::ThreadLocalStateGuard same_state(caller);
-      specdec_bf16::Prefetcher pf;
-      if (j + threads < m) {
-        const int64_t next = small[j + threads];
-        next_reads(keys_t[next], values[next], ends[next] - starts[next], slots[next], window, pf);
-      }
-      one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
-                   window, scale, out, &pf);
-    } catch (...) {
+  // Each thread gets its own list of sequences, balanced by their work (rows x span: the sequences of a
+  // batch differ several-fold in context, and with a round-robin one thread waited for the other for about a
+  // third of the step's attention), and prefetches its next sequence's keys and values while it computes
+  // this one (next_reads).
+  const int64_t threads = std::max<int64_t>(1, std::min<int64_t>(at::get_num_threads(), m));
+  std::vector<std::vector<int64_t>> lists(static_cast<size_t>(threads));
+  {
+    std::vector<std::pair<int64_t, int64_t>> by_work;  // (work, sequence), largest first
+    for (int64_t i : small) {
+      const int64_t rows = ends[i] - starts[i], seen = slots[i] + rows;
+      by_work.push_back({rows * (window < 0 ? seen : std::min(seen, window + rows)), i});
+    }
+    std::stable_sort(by_work.begin(), by_work.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    std::vector<int64_t> load(static_cast<size_t>(threads), 0);
+    for (const auto& [work, i] : by_work) {
+      const auto least = std::min_element(load.begin(), load.end()) - load.begin();
+      load[least] += work;
+      lists[least].push_back(i);
+    }
+  }
+#pragma omp parallel num_threads(threads)
+  {
+    const auto& mine = lists[static_cast<size_t>(omp_get_thread_num())];
+    for (size_t j = 0; j < mine.size(); ++j) {
+      const int64_t i = mine[j];
+      try {
+        const at::ThreadLocalStateGuard same_state(caller);
+        specdec_bf16::Prefetcher pf;
+        if (j + 1 < mine.size()) {
+          const int64_t next = mine[j + 1];
+          next_reads(keys_t[next], values[next], ends[next] - starts[next], slots[next], window, pf);
+        }
+        one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
+                     window, scale, out, &pf);
+      } catch (...) {
 #pragma omp critical
-      if (!error) error = std::current_exception();
+        if (!error) error = std::current_exception();
+      }
     }
   }
   if (error) std::rethrow_exception(error);

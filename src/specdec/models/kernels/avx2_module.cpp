@@ -22,6 +22,7 @@ at::Tensor rows_argmax(at::Tensor x);
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor softmax_rows(at::Tensor scores, int64_t first);
+at::Tensor rope_rows(at::Tensor x, at::Tensor cos, at::Tensor sin);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
@@ -50,6 +51,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "bfloat16 in and out, each value alone");
   m.def("softmax_rows", &softmax_rows, "attention softmax of float32 score rows whose column c is cache slot "
         "first + c, bfloat16 out; a row's bits do not depend on its length past its visible columns");
+  m.def("rope_rows", &rope_rows, "rotary embedding of bfloat16 rows, the bits of x * cos + roll(x, D / 2) * sin");
   m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");

@@ -58,11 +58,45 @@ void exps(const float* s, int64_t len, float m, float* e) {
   }
 }
 
+SPECDEC_AVX512 int64_t max16(const float* s, int64_t len, float* m, bool* nan) {
+  __m512 mv = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+  __mmask16 unordered = 0;
+  int64_t c = 0;
+  for (; c + 16 <= len; c += 16) {
+    const __m512 v = _mm512_loadu_ps(s + c);
+    unordered |= _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q);
+    mv = _mm512_max_ps(mv, v);
+  }
+  *m = _mm512_reduce_max_ps(mv);
+  *nan = unordered != 0;
+  return c;
+}
+
+// the row's maximum (exact in any order), or NaN where the row has one
 float max_of(const float* s, int64_t len) {
   float m = -std::numeric_limits<float>::infinity();
   bool nan = false;
-  for (int64_t c = 0; c < len; ++c) nan = nan || std::isnan(s[c]), m = std::max(m, s[c]);
+  const int64_t c0 = has_avx512() ? max16(s, len, &m, &nan) : 0;
+  for (int64_t c = c0; c < len; ++c) nan = nan || std::isnan(s[c]), m = std::max(m, s[c]);
   return nan ? std::numeric_limits<float>::quiet_NaN() : m;
+}
+
+// float_to_bf16 on 16 lanes (nearest even; NaN to 0x7FC0)
+SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
+}
+
+// out[c] = bf16(e[c] * r) for the first 16 * (len / 16) columns; returns how many it wrote
+SPECDEC_AVX512 int64_t scale16(const float* e, int64_t len, float r, uint16_t* out) {
+  const __m512 rv = _mm512_set1_ps(r);
+  int64_t c = 0;
+  for (; c + 16 <= len; c += 16)
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + c), to_bf16x16(_mm512_mul_ps(_mm512_loadu_ps(e + c), rv)));
+  return c;
 }
 
 // The lane sums: the unaligned head and the tail one float at a time, whole aligned groups of 16 as vectors
@@ -105,7 +139,7 @@ void softmax_row_bf16(const float* s, int64_t len, int64_t first, float* e, uint
   if (len <= 0) return;
   exps(s, len, max_of(s, len), e);
   const float r = 1.0f / lane_sum(e, len, first);
-  for (int64_t c = 0; c < len; ++c) out[c] = float_to_bf16(e[c] * r);
+  for (int64_t c = has_avx512() ? scale16(e, len, r, out) : 0; c < len; ++c) out[c] = float_to_bf16(e[c] * r);
 }
 
 // scores [..., L] float32 (last axis contiguous); column c of every row is cache slot first + c.
