@@ -16,6 +16,8 @@
 #   data   `specdec data generate` of 32 prompts at --batch-size 1 and 16: tok/s and identical samples
 #   every  every method (the committed drafters, chains and trees) at B=32 on 32 other_kinds prompts,
 #          32 new tokens: identical fraction against batch-1 plain
+#   auto1  the "auto" policy against fixed draft lengths at B=1 (16 other_kinds prompts): n-gram auto vs
+#          k = 3, 5, 8, 10 and EAGLE-3 auto vs k = 4, 6, 8
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results/batching
@@ -37,7 +39,7 @@ EVERY='[
  {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7},
  {"method": "draft_model", "model": "self:14", "num_speculative_tokens": 3}
 ]'
-PARTS=${*:-cost other mt vllm vllm20 serve data every}
+PARTS=${*:-cost other mt vllm vllm20 serve data every auto1}
 mkdir -p "$OUT"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 
@@ -111,4 +113,12 @@ fi
 if has every; then
   .venv/bin/specdec bench --prompts "$OTHER" --limit 32 --max-new-tokens 32 --batch-size 32 \
     --speculative-config "$EVERY" --output "$OUT/every-method.json" --no-progress | tee "$OUT/every-method.txt"
+fi
+if has auto1; then
+  E3='"method": "eagle3", "model": "gemma-3-270m-eagle3", "confidence_threshold": 0.45'
+  FIXED="[$AUTO, $EAGLE3_AUTO"
+  for k in 3 5 8 10; do FIXED="$FIXED, {\"method\": \"ngram\", \"num_speculative_tokens\": $k}"; done
+  for k in 4 6 8; do FIXED="$FIXED, {$E3, \"num_speculative_tokens\": $k}"; done
+  .venv/bin/specdec bench --prompts "$OTHER" --limit 16 --batch-size 1 --speculative-config "$FIXED]" \
+    --output "$OUT/auto-vs-fixed-b1.json" --no-progress | tee "$OUT/auto-vs-fixed-b1.txt"
 fi
