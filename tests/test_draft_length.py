@@ -7,6 +7,7 @@ import pytest
 from specdec.engine.stats import SpecDecodingStats
 from specdec.scheduling.cost_curve import CostCurve
 from specdec.scheduling.draft_length import (
+    DRAFT_COST_HALF_LIFE,
     HALF_LIFE,
     PROBE_AFTER,
     AutoDraftLength,
@@ -96,13 +97,31 @@ def test_auto_probes_a_sequence_left_without_drafts_where_a_row_would_pay():
 
 
 def test_auto_probes_past_a_stale_drafting_cost():
-    """A drafting cost measured under a burst of load stops every draft, and is measured again only by
-    drafting: the probe prices the target's row alone."""
+    """A drafting cost measured under a burst of load stops every draft, probes included (they pay the
+    drafter too), and is measured again only by drafting: steps without a draft fade it until a probe pays."""
     policy = AutoDraftLength(CHEAP, max_length=5)
     policy.draft.per_token_ms = 1000.0
     fresh, idle = history([0.9] * 5), history([0.9] * 5)
     idle.steps_since_allowed = PROBE_AFTER
-    assert policy.choose([fresh, idle], [5, 5]) == [0, 1]
+    assert policy.choose([fresh, idle], [5, 5]) == [0, 0]
+    for _ in range(20 * DRAFT_COST_HALF_LIFE):
+        policy.observe_drafting(0.0, 0)
+    assert policy.draft.per_token_ms < 1.0
+    assert policy.choose([fresh, idle], [5, 5]) != [0, 0]
+
+
+def test_auto_stops_drafting_where_the_steps_cost_more_than_the_curve_and_the_drafter_say():
+    """The scheduler prices a drafting step's unexplained time (its wall time beyond the target forward the
+    cost curve predicts) as drafting cost: a drafter that looked free stops being used once steps show it."""
+    policy = AutoDraftLength(CHEAP, max_length=5)
+    seqs = [history([0.6] * 5) for _ in range(4)]
+    assert sum(policy.choose(seqs, [5] * 4)) > 0  # looks free: drafts
+    target_ms = CHEAP.batch(4, 4 + 20)
+    overhead = policy.step_overhead((target_ms + 500.0) / 1000, 4, 20, 8, lone=False)
+    assert overhead == pytest.approx(0.5)
+    for _ in range(5):
+        policy.observe_drafting(overhead, 20)
+    assert policy.choose(seqs, [5] * 4) == [0] * 4
 
 
 def test_drafting_cost_splits_into_a_fixed_part_and_a_part_per_token():

@@ -13,8 +13,9 @@
   Rates only move where drafts are made, so two rules keep a few early rejections from switching drafting
   off for good: the batch-wide counts fade (half-life HALF_LIFE sequence-steps), so new sequences start
   from recent evidence; and a sequence given no draft for PROBE_AFTER steps gets one draft row where a row
-  kept at FIRST_GUESS would pay for its target rows (its drafting cost, also measured only while drafting,
-  left out).
+  kept at FIRST_GUESS would pay for its target rows and its drafting. The drafting cost D is what a drafting
+  step takes beyond the target forward the curve predicts (step_overhead), or the drafter's own time where
+  that is more.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this 
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
 PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
+DRAFT_COST_HALF_LIFE = 32  # steps without any draft over which the drafting cost estimate halves
 
 
 class DraftLengthPolicy(ABC):
@@ -98,8 +100,25 @@ class AutoDraftLength(DraftLengthPolicy):
             self._accepted[i] += num_accepted_per_position[i] if i < len(num_accepted_per_position) else 0
 
     def observe_drafting(self, draft_seconds: float, draft_tokens: int) -> None:
-        """One step's drafting time and drafted tokens over all of its sequences."""
-        self.draft.observe(draft_seconds * 1000, draft_tokens)
+        """One step's drafting time and drafted tokens over all of its sequences; a step that drafted nothing
+        fades the estimate (half-life DRAFT_COST_HALF_LIFE steps), so a cost that stopped drafting is
+        measured again by a probe before long."""
+        if draft_tokens > 0:
+            self.draft.observe(draft_seconds * 1000, draft_tokens)
+        else:
+            self.draft.fade(0.5 ** (1 / DRAFT_COST_HALF_LIFE))
+
+    def step_overhead(self, wall_seconds: float, sequences: int, drafted: int, kept: int, lone: bool) -> float:
+        """What a decode step that drafted took beyond the target forward the cost curve predicts for it, in
+        seconds: the drafter, and everything else a drafted sequence costs (its verification and commit,
+        the drafter's catching up on the accepted tokens). The scheduler takes it as the drafter's cost
+        when it exceeds the drafter's own timing: timing the drafter alone left the rest out, and at 32
+        sequences EAGLE-3 `"auto"` then drafted at a loss (0.88x plain; steps took about 1.8x what the
+        curve and the drafter's time predicted). The plain step's own overhead is counted in too, which
+        only errs towards drafting less."""
+        rows = sequences + drafted
+        target_ms = self.curve.early_exit(rows, kept + 1) if lone else self.curve.batch(sequences, rows)
+        return max(wall_seconds - target_ms / 1000, 0.0)
 
     def batch_rates(self, n: int) -> list[float]:
         """The batch's r_i for i < n. A position's prior continues the positions before it at their last
@@ -166,17 +185,18 @@ class AutoDraftLength(DraftLengthPolicy):
         for pick in picks[:best_rows]:
             best[pick] += 1
         # Probes: one row for a sequence left without a draft for PROBE_AFTER steps, where a row kept at
-        # FIRST_GUESS would pay for the target's cost of it. The drafter's cost is left out: its estimate
-        # (like the rates) is only measured while drafting, and may be stale (a burst of load on the machine).
-        tokens, rows = best_tokens, b + prefill_rows + best_rows
+        # FIRST_GUESS would pay for the target's cost of it and the drafter's (a first drafted row in the
+        # step pays the drafter's fixed cost too: at 32 sequences an EAGLE-3 call costs about a quarter of a
+        # plain step, and probes priced without it cost more than drafting ever gained there).
+        tokens, rows, drafted = best_tokens, b + prefill_rows + best_rows, best_rows
         for i, s in enumerate(stats):
             if best[i] == 0 and caps[i] > 0 and s.steps_since_allowed >= PROBE_AFTER:
-                before = tokens / cost()
-                tokens, rows = tokens + FIRST_GUESS, rows + 1
-                if tokens / cost() > before:
+                before = tokens / (cost() + self.draft.ms(drafted))
+                tokens, rows, drafted = tokens + FIRST_GUESS, rows + 1, drafted + 1
+                if tokens / (cost() + self.draft.ms(drafted)) > before:
                     best[i] = 1
                 else:
-                    tokens, rows = tokens - FIRST_GUESS, rows - 1
+                    tokens, rows, drafted = tokens - FIRST_GUESS, rows - 1, drafted - 1
         return best
 
     def describe(self) -> dict[str, object]:

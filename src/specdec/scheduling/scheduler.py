@@ -169,8 +169,9 @@ class BatchScheduler:
             prefill_cap = min(prefill_cap, self.pacing.rows())
         prefill_rows = min(sum(self._chunk(s) for s in prefilling), prefill_cap)
         lone = len(decoding) == 1 and not prefill_rows  # run_step verifies a lone greedy sequence early-exit
+        early = lone and scores_head_early(decoding[0])
         lengths = self.policy.choose([s.stats for s in decoding], caps, prefill_rows, len(prefilling),
-                                     early_exit=lone and scores_head_early(decoding[0])) if decoding else []
+                                     early_exit=early) if decoding else []
         work = []
         for seq, k in zip(decoding, lengths):
             reported = k if not isinstance(self.policy, FixedDraftLength) or self.policy.length is not None else (
@@ -198,13 +199,18 @@ class BatchScheduler:
             chunked = sum(w.chunk for w in work)
             self.pacing.observe(time.perf_counter() - started, chunked)
         if auto:
-            seconds, tokens = 0.0, 0
+            wall = time.perf_counter() - started
+            seconds, tokens, kept = 0.0, 0, 0
             for w in work:
                 if not w.seq.prefilling and w.seq.request_id in before:
                     acc, dr, ds, dt = before[w.seq.request_id]
                     s = w.seq.stats
-                    self.policy.observe(_diff(s.accepted_per_position, acc), _diff(s.drafted_per_position, dr))
+                    accepted = _diff(s.accepted_per_position, acc)
+                    self.policy.observe(accepted, _diff(s.drafted_per_position, dr))
                     seconds, tokens = seconds + s.draft_seconds - ds, tokens + s.num_draft_tokens - dt
+                    kept += sum(accepted)
+            if not prefill_rows and decoding:
+                seconds = max(seconds, self.policy.step_overhead(wall, len(decoding), tokens, kept, early))
             self.policy.observe_drafting(seconds, tokens)  # the whole step's: the drafter's calls serve them all
         for seq in list(self.running):
             if seq.finished:
