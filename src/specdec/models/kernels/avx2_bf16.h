@@ -1,4 +1,4 @@
-// bfloat16 <-> float32 conversions shared by the AVX2 attention kernels.
+// bfloat16 <-> float32 conversions, the 16-lane pairwise sum and the prefetcher shared by the AVX2/AVX512 kernels.
 #pragma once
 
 #include <immintrin.h>
@@ -37,6 +37,24 @@ inline bool has_avx512() {
   static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
                           __builtin_cpu_supports("avx512vl");
   return yes;
+}
+
+// The pairwise sum of 16 lanes: 8 = l + (l + 8), then 4, 2, 1 (the norm's and the softmax's fixed order)
+inline float lane_total(const float* acc) {
+  float s8[8], s4[4], s2[2];
+  for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];
+  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
+  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
+  return s2[0] + s2[1];
+}
+
+// 16 float32 -> bfloat16 as float_to_bf16 rounds them (round to nearest even, NaN to 0x7FC0)
+SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
+  return _mm512_cvtepi32_epi16(r);
 }
 
 SPECDEC_AVX512 inline __m512 load_bf16x16(const uint16_t* p) {

@@ -29,6 +29,7 @@
 namespace {
 
 using specdec_bf16::has_avx512;
+using specdec_bf16::to_bf16x16;
 using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 using specdec_exp::exp16;
@@ -42,14 +43,6 @@ inline __m128i to_bf16x8(__m256 v) {
   __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
   r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
   return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8));
-}
-
-SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
 }
 
 inline __m128i act8(const uint16_t* g, const uint16_t* u, bool gelu) {

@@ -30,19 +30,12 @@ namespace {
 using specdec_bf16::bf16_to_float;
 using specdec_bf16::float_to_bf16;
 using specdec_bf16::has_avx512;
+using specdec_bf16::lane_total;
+using specdec_bf16::to_bf16x16;
 using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 
 constexpr int kLanes = 16;
-
-// The pairwise sum of the 16 lanes, as the header comment fixes it.
-inline float lane_total(const float* acc) {
-  float s8[8], s4[4], s2[2];
-  for (int l = 0; l < 8; ++l) s8[l] = acc[l] + acc[l + 8];
-  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
-  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
-  return s2[0] + s2[1];
-}
 
 
 SPECDEC_AVX512 int64_t squares16(const uint16_t* x, int64_t d, float* acc) {
@@ -67,15 +60,6 @@ int64_t squares8x2(const uint16_t* x, int64_t d, float* acc) {
   _mm256_storeu_ps(acc, lo);
   _mm256_storeu_ps(acc + 8, hi);
   return k;
-}
-
-// 16 float32 -> bfloat16 as float_to_bf16 does it (round to nearest even, NaN to 0x7FC0)
-SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  rounded = _mm512_mask_mov_epi32(rounded, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(rounded);
 }
 
 // The output steps of norm_row for the first 16 * (d / 16) values; returns how many it wrote.

@@ -19,18 +19,10 @@ namespace {
 using specdec_bf16::bf16_to_float;
 using specdec_bf16::float_to_bf16;
 using specdec_bf16::has_avx512;
+using specdec_bf16::to_bf16x16;
 using specdec_bf16::load_bf16x16;
 
 inline float round_bf16(float f) { return bf16_to_float(float_to_bf16(f)); }
-
-// float_to_bf16 on 16 lanes (nearest even; NaN to 0x7FC0)
-SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
 
 SPECDEC_AVX512 inline __m512 widen(__m256i b) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(b), 16));

@@ -34,6 +34,7 @@ namespace {
 
 using specdec_bf16::float_to_bf16;
 using specdec_bf16::has_avx512;
+using specdec_bf16::to_bf16x16;
 
 constexpr int kLanes = 16;
 
@@ -81,15 +82,6 @@ float max_of(const float* s, int64_t len) {
   return nan ? std::numeric_limits<float>::quiet_NaN() : m;
 }
 
-// float_to_bf16 on 16 lanes (nearest even; NaN to 0x7FC0)
-SPECDEC_AVX512 inline __m256i to_bf16x16(__m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  __m512i r = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  r = _mm512_mask_mov_epi32(r, _mm512_cmp_ps_mask(v, v, _CMP_UNORD_Q), _mm512_set1_epi32(0x7FC0));
-  return _mm512_cvtepi32_epi16(r);
-}
-
 // out[c] = bf16(e[c] * r) for the first 16 * (len / 16) columns; returns how many it wrote
 SPECDEC_AVX512 int64_t scale16(const float* e, int64_t len, float r, uint16_t* out) {
   const __m512 rv = _mm512_set1_ps(r);
@@ -125,11 +117,7 @@ float lane_sum(const float* e, int64_t len, int64_t first) {
   if (has_avx512()) add16(e + head, groups, lane);
   else add8x2(e + head, groups, lane);
   for (int64_t c = head + groups * kLanes; c < len; ++c) lane[(first + c) % kLanes] += e[c];
-  float s8[8], s4[4], s2[2];
-  for (int l = 0; l < 8; ++l) s8[l] = lane[l] + lane[l + 8];
-  for (int l = 0; l < 4; ++l) s4[l] = s8[l] + s8[l + 4];
-  for (int l = 0; l < 2; ++l) s2[l] = s4[l] + s4[l + 2];
-  return s2[0] + s2[1];
+  return specdec_bf16::lane_total(lane);
 }
 
 }  // namespace
