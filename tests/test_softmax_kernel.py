@@ -7,40 +7,23 @@ from __future__ import annotations
 import pytest
 import torch
 
+from kernel_exp import documented_exp, f32
+
 from specdec.models import fast_linear
 
 pytestmark = pytest.mark.skipif(not hasattr(fast_linear.kernel(), "softmax_rows"),
                                 reason="no softmax_rows kernel here (no kernels built)")
 
-_P = [1.9875691500e-4, 1.3981999507e-3, 8.3334519073e-3, 4.1665795894e-2, 1.6666665459e-1, 5.0000001201e-1]
-
-
-def _f(v: float) -> torch.Tensor:
-    return torch.tensor(v, dtype=torch.float32)
-
-
-def _exp(z: torch.Tensor) -> torch.Tensor:
-    """avx2_exp.h's exp, one float32 operation at a time."""
-    under = z < -87.0
-    z = z.clamp(-87.0, 89.0)
-    k = torch.round(z * _f(1.44269504088896341))
-    r = (z - k * _f(0.693359375)) - k * _f(-2.12194440e-4)
-    p = _f(_P[0])
-    for c in _P[1:]:
-        p = p * r + _f(c)
-    p = (p * (r * r) + r) + _f(1.0)
-    return torch.where(under, 0.0, p * torch.ldexp(torch.ones_like(k), k.to(torch.int32)))
-
 
 def _documented(s: torch.Tensor, first: int) -> torch.Tensor:
-    e = _exp(s - s.max(dim=-1, keepdim=True).values)
+    e = documented_exp(s - s.max(dim=-1, keepdim=True).values)
     lanes = torch.zeros(*s.shape[:-1], 16)
     for c in range(s.shape[-1]):
         lanes[..., (first + c) % 16] += e[..., c]
     s8 = lanes[..., :8] + lanes[..., 8:]
     s4 = s8[..., :4] + s8[..., 4:]
     s2 = s4[..., :2] + s4[..., 2:]
-    r = _f(1.0) / (s2[..., 0] + s2[..., 1])
+    r = f32(1.0) / (s2[..., 0] + s2[..., 1])
     return (e * r[..., None]).to(torch.bfloat16)
 
 
