@@ -126,8 +126,9 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> 
     """x * cos + rotate_half(x) * sin, with rotate_half(x) * sin == roll(x, half) * [-sin1, sin2] (exact:
     negation commutes with rounding), which takes four ops instead of seven. x [T, G, D] bfloat16 on the CPU
     with the kernels: one call (kernels/avx2_rope.cpp), the same three roundings, the same bits."""
-    if (x.dtype == torch.bfloat16 and x.device.type == "cpu" and x.dim() == 3 and x.stride(-1) == 1
-            and cos.dtype == signed_sin.dtype == torch.bfloat16 and cos.numel() == signed_sin.numel() == x.shape[0] * x.shape[2]
+    rows = x.shape[0] * x.shape[2] if x.dim() == 3 else -1
+    if (x.dtype == cos.dtype == signed_sin.dtype == torch.bfloat16 and x.device.type == "cpu" and rows >= 0
+            and x.stride(-1) == 1 and cos.numel() == signed_sin.numel() == rows
             and not (torch.is_grad_enabled() and x.requires_grad)):
         k = fast_linear.kernel()
         if k is not None and hasattr(k, "rope_rows"):

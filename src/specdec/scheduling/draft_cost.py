@@ -43,8 +43,8 @@ class DraftCost:
 
     def fade(self, factor: float) -> None:
         """Scales the estimate by `factor` (< 1): a cost measured only while drafting would otherwise stay as
-        it was for as long as it keeps drafting off (one burst of load, or a first step that read whole
-        prompts into the drafter), and the policy would never measure it again."""
+        it was for as long as it keeps drafting off (after a burst of load, say), and the policy would never
+        measure it again."""
         self._y, self._xy = self._y * factor, self._xy * factor
         self.fixed_ms, self.per_token_ms = self.fixed_ms * factor, self.per_token_ms * factor
 

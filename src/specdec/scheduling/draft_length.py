@@ -113,9 +113,8 @@ class AutoDraftLength(DraftLengthPolicy):
         seconds: the drafter, and everything else a drafted sequence costs (its verification and commit,
         the drafter's catching up on the accepted tokens). The scheduler takes it as the drafter's cost
         when it exceeds the drafter's own timing: timing the drafter alone left the rest out, and at 32
-        sequences EAGLE-3 `"auto"` then drafted at a loss (0.88x plain; steps took about 1.8x what the
-        curve and the drafter's time predicted). The plain step's own overhead is counted in too, which
-        only errs towards drafting less."""
+        sequences EAGLE-3 `"auto"` then drafted at a loss (0.88x plain). The plain step's own overhead is
+        counted in too, which only errs towards drafting less."""
         rows = sequences + drafted
         target_ms = self.curve.early_exit(rows, kept + 1) if lone else self.curve.batch(sequences, rows)
         return max(wall_seconds - target_ms / 1000, 0.0)

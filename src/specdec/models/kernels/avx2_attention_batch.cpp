@@ -41,7 +41,6 @@ at::Tensor softmax_rows(at::Tensor scores, int64_t first);
 namespace {
 
 using specdec_bf16::bf16_to_float;
-using specdec_bf16::float_to_bf16;
 
 // A sequence with more rows than this runs alone, with the kernels' own threads (a prefill chunk).
 constexpr int64_t kSmallRows = 16;
@@ -89,10 +88,9 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 }
 
 // span_rows for rows that read the cache in slot order (no tree order), with the same arithmetic on raw
-// pointers: the softmax and its rounding to bfloat16 are the only tensor ops. A decoding sequence ran about
-// fifteen small tensor ops per layer through span_rows, microseconds each: at 32 sequences that was a fifth
-// of a decode step. No tensor op at all here. Needs contiguous cache buffers and mask, and q's last axis
-// contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
+// pointers and no tensor op. A decoding sequence ran about fifteen small tensor ops per layer through
+// span_rows, microseconds each: at 32 sequences that was a fifth of a decode step. Needs contiguous cache
+// buffers and mask, and q's last axis contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
 // committed tokens, whose mask (chain_mask's) is applied as it is read instead of being built.
 // qp: the sequence's first query row ([t, heads, dim] with strides q_row, q_head, 1); op: its first output
 // row (stride out_row).
