@@ -350,9 +350,9 @@ def test_eagle3_drafts_every_chain_in_one_drafter_step_per_position(zoo, tmp_pat
     params = SamplingParams(temperature=temperature, max_tokens=8)
     contexts, limits = DRAFT_CONTEXTS, [5, 2, 5, 0]
     alone, batched, together, rows = eagle3_alone_and_batched(llm, params, limits)
-    # every prompt's last position ingested in one step (begin ingested the others), then one step per
-    # drafted position for every chain still going (limits 5, 2, 5, 0: the 2-token chain needs one step)
-    assert rows[0] == len(contexts) and len(rows) <= 5
+    # every prompt read in one step (begin reads nothing; prompts this short need no catching up), then one
+    # step per drafted position for every chain still going (limits 5, 2, 5, 0: the 2-token chain needs one)
+    assert rows[0] == sum(len(c) for c in contexts) and len(rows) <= 5
     assert threshold > 0 or rows[1:] == [3, 2, 2, 2]
     assert [len(d.tokens) for d in alone][3] == 0
     for a, b in zip(alone, together):
@@ -375,9 +375,9 @@ def test_eagle3_grows_every_tree_with_one_drafter_step_per_level(zoo, tmp_path, 
     params = SamplingParams(temperature=0.0, max_tokens=8)
     limits = [4, 2, 4, 0]
     alone, batched, together, rows = eagle3_alone_and_batched(llm, params, limits)
-    # one step ingests every prompt's last position; then per level 2..depth one step for the 3 frontier
+    # one step reads every prompt (short: no catching up); then per level 2..depth one step for the 3 frontier
     # nodes of every tree still growing (depth 4, 2, 4, 0: levels 2-4 for two trees, level 2 for one)
-    assert rows[0] == len(DRAFT_CONTEXTS)
+    assert rows[0] == sum(len(c) for c in DRAFT_CONTEXTS)
     assert threshold > 0 or rows[1:] == [9, 6, 6]
     for a, b in zip(alone, together):
         assert b.tokens == a.tokens and b.parents == a.parents

@@ -76,6 +76,15 @@ def test_greedy_equals_plain_at_any_threshold(zoo, tmp_path, monkeypatch, method
         return confidence.keeps_drafting(threshold, logits, q, token)
 
     monkeypatch.setattr(module, "keeps_drafting", recording)
+    if hasattr(module, "greedy_tops"):  # EAGLE-3's greedy chains: the top probabilities of every row at once
+        tops = module.greedy_tops
+
+        def recording_tops(*args):
+            out = tops(*args)
+            seen.extend(p for _, p in out)
+            return out
+
+        monkeypatch.setattr(module, "greedy_tops", recording_tops)
     probe = LLM(loaded=target, speculative_config={**config, "num_speculative_tokens": K})
     full = _draft_lengths(monkeypatch)
     assert [probe.generate(p, params)[0].outputs[0].token_ids for p in PROMPTS] == plain

@@ -43,6 +43,33 @@ def test_added_tokens_get_the_target_head_rows():
     assert vocab.logits(x).shape == (4, 3)
 
 
+@pytest.mark.parametrize("softcap", [None, 3.0])
+def test_greedy_tops_are_each_rows_argmax_and_top_probability(softcap):
+    """greedy_tops (the static columns' statistics over all rows, each row's context columns apart) against
+    each row's whole `logits` vector: the same argmax and the same top probability, with vocabularies that
+    hold different context tokens, none, and a context token tied with the best static one."""
+    from specdec.drafting.context_vocab import greedy_tops
+
+    gen = torch.Generator().manual_seed(1)
+    head = torch.randn(60, 8, generator=gen)
+    static = torch.tensor([3, 7, 20, 33, 50])
+    vocabs = [ContextVocab(static, head[static].contiguous(), head, softcap=softcap) for _ in range(4)]
+    vocabs[0].add([41, 2, 59])
+    vocabs[2].add([11])
+    vocabs[3].add([8])
+    x = torch.randn(4, 8, generator=gen)
+    head[8] = head[static[int((x[3] @ head[static].T).argmax())]]  # row 3: a context column ties the best
+    vocabs[3].reset()
+    vocabs[3].add([8])
+    tops = greedy_tops(vocabs, x, x @ head[static].T)
+    for j, (v, (local, top)) in enumerate(zip(vocabs, tops)):
+        logits = v.logits(x[j : j + 1])[0]
+        assert local == int(logits.argmax()), j
+        assert v.target_id(local) == int(v.to_target(torch.tensor(local)))
+        assert top == pytest.approx(float(torch.softmax(logits, -1).max()), rel=1e-5)
+    assert tops[3][0] < len(static)  # the tie goes to the lower id, as argmax picks
+
+
 @pytest.mark.parametrize("method", list(DRAFTERS))
 @pytest.mark.parametrize("context_vocab", [False, True])
 def test_greedy_equals_plain_decoding_with_and_without_context_tokens(zoo, tmp_path, context_vocab, method):

@@ -124,6 +124,24 @@ def test_auto_stops_drafting_where_the_steps_cost_more_than_the_curve_and_the_dr
     assert policy.choose(seqs, [5] * 4) == [0] * 4
 
 
+def test_auto_scales_the_curve_by_what_steps_without_a_draft_took():
+    """The curve is timed at one context length: where plain steps take 3x its prediction, every target row
+    costs 3x too, the same drafter is then worth its rows, and a drafting step that took 3x the curve's
+    forward left nothing unexplained to charge the drafter with."""
+    curve = CostCurve([1, 64], [10.0, 42.0])
+    policy = AutoDraftLength(curve, max_length=1)
+    policy.draft.per_token_ms = 2.0
+    seqs = [history([0.6]) for _ in range(4)]
+    assert policy.choose(seqs, [1] * 4) == [0] * 4  # at the curve's own prices a draft row does not pay
+    for _ in range(30):
+        policy.observe_plain_step(3 * curve.batch(4, 4) / 1000, 4, lone=False)
+    assert policy.target_scale == pytest.approx(3.0)
+    assert policy.choose(seqs, [1] * 4) == [1] * 4
+    assert policy.step_overhead(3 * curve.batch(4, 8) / 1000, 4, 4, 2, lone=False) == pytest.approx(0.0)
+    policy.observe_plain_step(100.0, 4, lone=False)  # a stall: counted at most SCALE_LIMITS[1]
+    assert policy.target_scale <= 0.9 * 3.0 + 0.1 * 4.0 + 1e-9
+
+
 def test_drafting_cost_splits_into_a_fixed_part_and_a_part_per_token():
     from specdec.scheduling.draft_cost import DraftCost
 

@@ -78,6 +78,13 @@ class Proposer(ABC):
         be the one `propose` would give. This default drafts one sequence after another."""
         return [p.propose(t, m) for p, t, m in zip(proposers, tokens, max_tokens)]
 
+    @classmethod
+    def catch_up_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]]) -> None:
+        """Brings the proposers' own state up to `tokens` where it has fallen behind (a prompt, or many steps
+        without a draft), before a `propose_batch` of the same arguments; `propose` must do the same by
+        itself. The engine times it apart from drafting: the auto policy prices a draft by what drafting
+        more or fewer tokens costs, and this cost is the same for any draft length."""
+
     def counters(self) -> dict[str, int]:
         """Method-specific running counts for reports (e.g. hybrid: steps drafted by each part)."""
         return {}

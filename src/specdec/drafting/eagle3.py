@@ -16,11 +16,12 @@ import torch
 
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
-from specdec.drafting.context_vocab import ContextVocab
+from specdec.drafting.context_vocab import ContextVocab, greedy_tops
 from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache
+from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
 from specdec.models.fast_linear import linear_float
@@ -56,7 +57,8 @@ class Eagle3Options:
         return out
 
 
-PROMPT_CHUNK = 512  # prompt positions the drafter reads per call at begin()
+PROMPT_CHUNK = 512  # pending positions the drafter reads per call when catching up (bounds its score matrix)
+CATCH_UP_ROWS = 16  # pending positions beyond which a drafting step first catches up (timed apart by run_step)
 
 
 @register("eagle3")
@@ -75,7 +77,7 @@ class Eagle3Proposer(Proposer):
         self.cache: DraftKVCache | None = None
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),
                                   enabled=options.context_vocab)
-        self.pending: torch.Tensor | None = None  # fused-input features of committed positions not yet ingested
+        self.pending: PendingFeatures | None = None  # committed positions the drafter has not read yet
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
         self.vocab_size = target.vocab_size
@@ -92,57 +94,46 @@ class Eagle3Proposer(Proposer):
         room = self.options.num_speculative_tokens * max(self.options.tree_top_k, 1) + 8
         self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room, torch.float32,
                                   self.target.device)
-        self.pending = self._features(prefill, range(len(prompt)))
+        # the prompt is read by the first step that drafts (catch_up_batch): a request that the auto policy
+        # never gives a draft costs no drafter work at all
+        self.pending = PendingFeatures(self.target_layers)
+        self.pending.add(prefill.hidden)
         self.sampling, self.generator = sampling, generator
-        self.vocab.start(prompt)
-        # The prompt's positions but the last go through the drafter now, with the prefill: their next tokens
-        # are known, and steps then only catch up on what the last verification kept (a drafting cost that
-        # the auto policy measures per token would otherwise start with a whole prompt's worth).
-        # In chunks of PROMPT_CHUNK positions: one pass over a 30k-token prompt would need a 30k x 30k score
-        # matrix per head.
-        if len(prompt) > 1:
-            n = len(prompt) - 1
-            features, self.pending = self.pending[:n], self.pending[n:]
-            dev = self.target.device
-            with torch.inference_mode():
-                for start in range(0, n, PROMPT_CHUNK):
-                    end = min(n, start + PROMPT_CHUNK)
-                    visible = torch.ones(end - start, end, dtype=torch.bool, device=dev).tril(start)
-                    self.drafter.step(self.drafter.fuse(features[start:end]),
-                                      torch.as_tensor(list(prompt[start + 1 : end + 1]), device=dev),
-                                      torch.arange(start, end, device=dev), self.cache, visible)
+        self.vocab.reset()
 
-    def _logits(self, h: torch.Tensor) -> torch.Tensor:
-        """float32 logits [n, vocab] over the draft vocabulary (and the context's tokens) of outputs h."""
-        return self.vocab.logits(self.drafter.norm(h))
+    @classmethod
+    def catch_up_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]]) -> None:
+        """Reads the committed positions still pending (the prompt, the tokens of steps without a draft) but
+        the last one through the drafter, for every proposer with more than CATCH_UP_ROWS of them: one drafter
+        step per PROMPT_CHUNK positions for all of them (a 30k x 30k score matrix per head otherwise)."""
+        behind = [(p, t) for p, t in zip(proposers, tokens)
+                  if isinstance(p, Eagle3Proposer) and p.pending is not None and len(p.pending) > CATCH_UP_ROWS]
+        by_drafter: dict[int, list[tuple[Eagle3Proposer, Sequence[int]]]] = {}
+        for p, t in behind:
+            by_drafter.setdefault(id(p.drafter), []).append((p, t))  # type: ignore[arg-type]
+        with torch.inference_mode():
+            for group in by_drafter.values():
+                while group:
+                    inputs = [p._ingest_inputs(t, min(len(p.pending) - 1, PROMPT_CHUNK)) for p, t in group]  # type: ignore[arg-type]
+                    _step_batch([p for p, _ in group], inputs)
+                    group = [(p, t) for p, t in group if len(p.pending) > 1]  # type: ignore[arg-type]
 
     def _to_target(self, local_ids: torch.Tensor) -> torch.Tensor:
         return self.vocab.to_target(local_ids)
 
-    def _features(self, result: ForwardResult, rows: Sequence[int]) -> torch.Tensor:
-        index = torch.as_tensor(list(rows), dtype=torch.long, device=self.target.device)
-        return torch.cat([result.hidden[i][index] for i in self.target_layers], dim=-1)
-
-    def _ingest_inputs(self, tokens: Sequence[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The pending committed positions' step inputs: (features, next tokens, positions, visible)."""
+    def _ingest_inputs(self, tokens: Sequence[int], n: int | None = None
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """The step inputs (features, next tokens, positions, rows: causal) of the first `n` pending committed
+        positions (all when None); they stop being pending."""
         assert self.cache is not None and self.pending is not None
-        start, n = self.cache.length, self.pending.shape[0]
-        if start + n + 1 != len(tokens):
-            raise RuntimeError(f"eagle3 state out of step: {start} + {n} ingested, {len(tokens)} tokens")
+        start, pending = self.cache.length, len(self.pending)
+        if start + pending + 1 != len(tokens):
+            raise RuntimeError(f"eagle3 state out of step: {start} + {pending} ingested, {len(tokens)} tokens")
+        n = pending if n is None else n
         dev = self.target.device
-        nxt = torch.as_tensor(list(tokens[start + 1 :]), dtype=torch.long, device=dev)
+        nxt = torch.as_tensor(list(tokens[start + 1 : start + n + 1]), dtype=torch.long, device=dev)
         positions = torch.arange(start, start + n, device=dev)
-        visible = torch.ones(n, start + n, dtype=torch.bool, device=dev)
-        visible[:, start:] = torch.ones(n, n, dtype=torch.bool, device=dev).tril()
-        features, self.pending = self.pending, None
-        return features, nxt, positions, visible
-
-    @torch.inference_mode()
-    def _ingest(self, tokens: Sequence[int]) -> torch.Tensor:
-        """Runs the committed positions whose features are pending; returns the last one's output [1, H]."""
-        features, nxt, positions, visible = self._ingest_inputs(tokens)
-        assert self.cache is not None
-        return self.drafter.step(self.drafter.fuse(features), nxt, positions, self.cache, visible)[-1:]
+        return self.pending.take(n), nxt, positions, n
 
     def _pick(self, logits: torch.Tensor) -> tuple[int, torch.Tensor | None]:
         """Next chain token (target id) from draft-vocab logits [Vd]; q over the target vocab when sampling."""
@@ -154,22 +145,9 @@ class Eagle3Proposer(Proposer):
         q = sampling_probs(full[None], s.temperature, s.top_k, s.top_p)[0]
         return sample(q, self.generator), q
 
-    @torch.inference_mode()
     def propose(self, tokens: Sequence[int], max_tokens: int) -> Draft:
-        assert self.cache is not None
-        h = self._ingest(tokens)
-        self.vocab.follow(tokens)
-        context = self.cache.length
-        depth = min(self.options.num_speculative_tokens, max_tokens)
-        if depth <= 0:
-            return Draft(tokens=[])
-        if self.is_tree:
-            return _trees([self], h, [context], [depth])[0]
-        logits = self._logits(h)[0]
-        try:
-            return self._chain(h, logits, context, depth)
-        finally:
-            self.cache.truncate(context)
+        # the batched paths with one sequence: a draft alone is, by construction, the one drafted in a batch
+        return (_tree_batch if self.is_tree else _chains)([self], [tokens], [max_tokens])[0]
 
     @classmethod
     def propose_batch(cls, proposers: Sequence[Proposer], tokens: Sequence[Sequence[int]],
@@ -192,36 +170,19 @@ class Eagle3Proposer(Proposer):
                 out[i] = d
         return [d for d in out if d is not None]
 
-    def _chain(self, h: torch.Tensor, logits: torch.Tensor, context: int, k: int) -> Draft:
-        assert self.cache is not None
-        dev = self.target.device
-        drafted, probs = [], []
-        for i in range(k):
-            token, q = self._pick(logits)
-            drafted.append(token)
-            if q is not None:
-                probs.append(q)
-            if i == k - 1 or not keeps_drafting(self.options.confidence_threshold, logits, q, token):
-                break
-            visible = torch.ones(1, self.cache.length + 1, dtype=torch.bool, device=dev)
-            h = self.drafter.step(h, torch.tensor([token], device=dev), torch.tensor([context + i], device=dev),
-                                  self.cache, visible)
-            logits = self._logits(h)[0]
-        return Draft(tokens=drafted, probs=torch.stack(probs) if probs else None)
-
     def feedback(self, num_accepted: int, verified: ForwardResult | None = None,
                  path: Sequence[int] | None = None) -> None:
         if verified is None:
             raise RuntimeError("eagle3 needs the verification forward's hidden states")
         kept = [0, *(i + 1 for i in path)] if path is not None else list(range(num_accepted + 1))
-        new = self._features(verified, kept)
-        # a step without a draft (no room left) still commits rows: keep them after any not yet ingested
-        self.pending = new if self.pending is None else torch.cat([self.pending, new])
+        assert self.pending is not None, "feedback before begin"
+        self.pending.add(verified.hidden, kept)  # gathered when a step drafts (PendingFeatures)
 
 
 @torch.inference_mode()
 def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_tokens: Sequence[int]) -> list[Draft]:
-    """`Eagle3Proposer._chain` (after `_ingest`) for proposers sharing one drafter, every step batched."""
+    """Top-1 chains (stopped early below confidence_threshold) of proposers sharing one drafter, every drafter
+    step batched. Greedy sequences pick their tokens from `greedy_tops` over all of their rows at once."""
     drafter, dev = ps[0].drafter, ps[0].target.device
     h_all, contexts, depths = _ingest_batch(ps, tokens, max_tokens)
     drafted: list[list[int]] = [[] for _ in ps]
@@ -234,24 +195,33 @@ def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_t
                 break
             normed = drafter.norm(h)
             static = linear_float(normed.to(ps[0].vocab.static_rows.dtype), ps[0].vocab.static_rows)
+            greedy = [row for row, j in enumerate(active) if ps[j].sampling is None or ps[j].sampling.greedy]
+            whole = len(greedy) == len(active)
+            tops = dict(zip(greedy, greedy_tops([ps[active[row]].vocab for row in greedy],
+                                                normed if whole else normed[greedy],
+                                                static if whole else static[greedy]))) if greedy else {}
             going, next_tokens = [], []
             for row, j in enumerate(active):
                 p = ps[j]
-                logits = p.vocab.logits(normed[row : row + 1], static_logits=static[row : row + 1])[0]
-                token, q = p._pick(logits)
+                if row in tops:
+                    local, top = tops[row]
+                    token, goes_on = p.vocab.target_id(local), top >= p.options.confidence_threshold
+                else:
+                    logits = p.vocab.logits(normed[row : row + 1], static_logits=static[row : row + 1])[0]
+                    token, q = p._pick(logits)
+                    if q is not None:
+                        probs[j].append(q)
+                    goes_on = keeps_drafting(p.options.confidence_threshold, logits, q, token)
                 drafted[j].append(token)
-                if q is not None:
-                    probs[j].append(q)
-                if i < depths[j] - 1 and keeps_drafting(p.options.confidence_threshold, logits, q, token):
+                if i < depths[j] - 1 and goes_on:
                     going.append(row)
                     next_tokens.append(token)
             if not going:
                 break
             active = [active[row] for row in going]
-            visibles = [torch.ones(1, ps[j].cache.length + 1, dtype=torch.bool, device=dev) for j in active]  # type: ignore[union-attr]
             h = drafter.step_batch(h[going], torch.tensor(next_tokens, device=dev),
                                    torch.tensor([contexts[j] + i for j in active], device=dev),
-                                   [ps[j].cache for j in active], visibles)  # type: ignore[misc]
+                                   [ps[j].cache for j in active], [1] * len(active))  # type: ignore[misc]
     finally:
         for p, c in zip(ps, contexts):
             p.cache.truncate(c)  # type: ignore[union-attr]
@@ -262,10 +232,9 @@ def _ingest_batch(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]],
                   max_tokens: Sequence[int]) -> tuple[torch.Tensor, list[int], list[int]]:
     """`Eagle3Proposer._ingest` for proposers sharing one drafter, in one drafter step; then each follows its
     tokens. Returns each sequence's last ingested output [n, H], its drafter context and its draft depth."""
-    drafter = ps[0].drafter
+    Eagle3Proposer.catch_up_batch(ps, tokens)
     inputs = [p._ingest_inputs(t) for p, t in zip(ps, tokens)]
-    out = drafter.step_batch(drafter.fuse(torch.cat([x[0] for x in inputs])), torch.cat([x[1] for x in inputs]),
-                             torch.cat([x[2] for x in inputs]), [p.cache for p in ps], [x[3] for x in inputs])  # type: ignore[misc]
+    out = _step_batch(ps, inputs)
     ends = torch.tensor([x[0].shape[0] for x in inputs]).cumsum(0) - 1
     for p, t in zip(ps, tokens):
         p.vocab.follow(t)
@@ -274,10 +243,18 @@ def _ingest_batch(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]],
     return out[ends.to(out.device)], contexts, depths
 
 
+def _step_batch(ps: Sequence[Eagle3Proposer], inputs: Sequence[tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]]
+                ) -> torch.Tensor:
+    """One drafter step over the `_ingest_inputs` of proposers sharing a drafter; their output rows [sum n, H]."""
+    drafter = ps[0].drafter
+    return drafter.step_batch(drafter.fuse(torch.cat([x[0] for x in inputs])), torch.cat([x[1] for x in inputs]),
+                              torch.cat([x[2] for x in inputs]), [p.cache for p in ps], [x[3] for x in inputs])  # type: ignore[misc]
+
+
 def _vocab_logits(ps: Sequence[Eagle3Proposer], h: torch.Tensor, counts: Sequence[int]) -> list[torch.Tensor]:
     """Each sequence's draft logits [counts[j], V_j] over its rows of drafter outputs h (the sequences' rows
     one after another): one norm and one static-vocabulary head call for all rows, each row with the bits
-    of `Eagle3Proposer._logits` on its own."""
+    of the row's `vocab.logits` on its own."""
     vocab = ps[0].vocab
     normed = ps[0].drafter.norm(h)
     static = linear_float(normed.to(vocab.static_rows.dtype), vocab.static_rows)

@@ -27,7 +27,8 @@ class SpecDecodingStats:
     chosen_draft_lengths: list[int] = field(default_factory=list)
     steps_since_allowed: int = 0  # consecutive steps whose policy allowed no draft (not merged or reported)
     prefill_seconds: float = 0.0
-    draft_seconds: float = 0.0
+    draft_seconds: float = 0.0  # the drafter's time, catching up included
+    catch_up_seconds: float = 0.0  # the part of it spent catching up (Proposer.catch_up_batch)
     verify_seconds: float = 0.0
     total_seconds: float = 0.0
 
@@ -45,7 +46,7 @@ class SpecDecodingStats:
     def merge(self, other: SpecDecodingStats) -> SpecDecodingStats:
         for name in (
             "num_requests num_prompt_tokens num_generated_tokens num_steps num_drafts num_draft_tokens "
-            "num_accepted_tokens prefill_seconds draft_seconds verify_seconds total_seconds"
+            "num_accepted_tokens prefill_seconds draft_seconds catch_up_seconds verify_seconds total_seconds"
         ).split():
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.accepted_per_position = _add_lists(self.accepted_per_position, other.accepted_per_position)
@@ -98,6 +99,7 @@ class SpecDecodingStats:
             "mean_acceptance_length": round(self.mean_acceptance_length, 4),
             "prefill_seconds": round(self.prefill_seconds, 4),
             "draft_seconds": round(self.draft_seconds, 4),
+            "catch_up_seconds": round(self.catch_up_seconds, 4),
             "verify_seconds": round(self.verify_seconds, 4),
             "total_seconds": round(self.total_seconds, 4),
             "tokens_per_second": round(self.tokens_per_second, 2),

@@ -73,22 +73,25 @@ def scores_head_early(seq: SequenceState) -> bool:
     return seq.params.greedy and seq.runtime.scores_head_slices
 
 
-def _draft_all(decoding: Sequence[Work]) -> tuple[list[Draft], dict[str, float]]:
+def _draft_all(decoding: Sequence[Work]) -> tuple[list[Draft], dict[str, tuple[float, float]]]:
     """Every decoding sequence's draft, one `propose_batch` per drafting method (one drafter forward for all
     of its sequences where the method has a network); returns the drafts and each sequence's share of the
-    drafting time."""
+    drafting time and of its catching up (`Proposer.catch_up_batch`, timed apart)."""
     drafts: list[Draft] = [EMPTY_DRAFT] * len(decoding)
-    seconds: dict[str, float] = {w.seq.request_id: 0.0 for w in decoding}
+    seconds: dict[str, tuple[float, float]] = {w.seq.request_id: (0.0, 0.0) for w in decoding}
     groups: dict[type, list[int]] = {}
     for i, w in enumerate(decoding):
         if w.seq.proposer is not None and min(w.seq.room, w.draft_limit) > 0:
             groups.setdefault(type(w.seq.proposer), []).append(i)
     for cls, members in groups.items():
-        t = time.perf_counter()
-        out = cls.propose_batch([decoding[i].seq.proposer for i in members],  # type: ignore[misc]
-                                [decoding[i].seq.tokens for i in members],
+        proposers = [decoding[i].seq.proposer for i in members]
+        tokens = [decoding[i].seq.tokens for i in members]
+        t0 = time.perf_counter()
+        cls.catch_up_batch(proposers, tokens)  # type: ignore[attr-defined]
+        t1 = time.perf_counter()
+        out = cls.propose_batch(proposers, tokens,  # type: ignore[attr-defined]
                                 [min(decoding[i].seq.room, decoding[i].draft_limit) for i in members])
-        share = (time.perf_counter() - t) / len(members)
+        share = ((time.perf_counter() - t0) / len(members), (t1 - t0) / len(members))
         for i, draft in zip(members, out):
             drafts[i] = draft
             seconds[decoding[i].seq.request_id] = share
@@ -177,7 +180,9 @@ def run_step(batch: Sequence[Work]) -> dict[str, StepOutput]:
             out = _after_prefill(seq, plan, result)
         else:
             out = _after_verify(seq, plan, result)
-            seq.stats.draft_seconds += draft_seconds[seq.request_id]
+            drafting, catching_up = draft_seconds[seq.request_id]
+            seq.stats.draft_seconds += drafting
+            seq.stats.catch_up_seconds += catching_up
             seq.stats.verify_seconds += t2 - t1
         if out is not None:
             seq.stats.num_generated_tokens = len(seq.checker.output)

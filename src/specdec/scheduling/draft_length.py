@@ -15,7 +15,9 @@
   from recent evidence; and a sequence given no draft for PROBE_AFTER steps gets one draft row where a row
   kept at FIRST_GUESS would pay for its target rows and its drafting. The drafting cost D is what a drafting
   step takes beyond the target forward the curve predicts (step_overhead), or the drafter's own time where
-  that is more.
+  that is more. T is the curve scaled by what recent steps without a draft took against it (target_scale):
+  the curve is timed at one context length, and at 32 sequences of 200-350 tokens a plain step took 1.3x
+  its prediction; unscaled, that gap counted as drafting cost in every drafting step.
 """
 
 from __future__ import annotations
@@ -34,6 +36,8 @@ FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
 PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
 DRAFT_COST_HALF_LIFE = 32  # steps without any draft over which the drafting cost estimate halves
+SCALE_DECAY = 0.9  # per step without a draft: target_scale follows about the last 10 of them
+SCALE_LIMITS = (0.5, 4.0)  # a step's wall time against the curve's prediction, outside which it is noise
 
 
 class DraftLengthPolicy(ABC):
@@ -83,6 +87,8 @@ class AutoDraftLength(DraftLengthPolicy):
     max_length: int
     draft: DraftCost = field(default_factory=DraftCost)  # the drafter's cost in a step, measured while drafting
     prior: list[float] = field(default_factory=list)  # the batch's rates so far, per position
+    target_scale: float = 1.0  # recent steps without a draft: wall time / the curve's prediction
+    _scale_seen: bool = False
     _accepted: list[float] = field(default_factory=list)
     _drafted: list[float] = field(default_factory=list)
 
@@ -108,16 +114,27 @@ class AutoDraftLength(DraftLengthPolicy):
         else:
             self.draft.fade(0.5 ** (1 / DRAFT_COST_HALF_LIFE))
 
+    def target_ms(self, sequences: int, rows: int, kept: float, lone: bool) -> float:
+        """The target forward's cost in ms: the curve, scaled by target_scale."""
+        ms = self.curve.early_exit(rows, kept + 1) if lone else self.curve.batch(sequences, rows)
+        return ms * self.target_scale
+
+    def observe_plain_step(self, wall_seconds: float, sequences: int, lone: bool) -> None:
+        """A decode step that drafted nothing (and read no prompt): its wall time against the curve's."""
+        predicted = self.curve.early_exit(sequences, 1) if lone else self.curve.batch(sequences, sequences)
+        if predicted <= 0:
+            return
+        ratio = min(max(wall_seconds * 1000 / predicted, SCALE_LIMITS[0]), SCALE_LIMITS[1])
+        self.target_scale = ratio if not self._scale_seen else SCALE_DECAY * self.target_scale + (1 - SCALE_DECAY) * ratio
+        self._scale_seen = True
+
     def step_overhead(self, wall_seconds: float, sequences: int, drafted: int, kept: int, lone: bool) -> float:
-        """What a decode step that drafted took beyond the target forward the cost curve predicts for it, in
-        seconds: the drafter, and everything else a drafted sequence costs (its verification and commit,
+        """What a decode step that drafted took beyond the target forward predicted for it (the scaled curve),
+        in seconds: the drafter, and everything else a drafted sequence costs (its verification and commit,
         the drafter's catching up on the accepted tokens). The scheduler takes it as the drafter's cost
         when it exceeds the drafter's own timing: timing the drafter alone left the rest out, and at 32
-        sequences EAGLE-3 `"auto"` then drafted at a loss (0.88x plain). The plain step's own overhead is
-        counted in too, which only errs towards drafting less."""
-        rows = sequences + drafted
-        target_ms = self.curve.early_exit(rows, kept + 1) if lone else self.curve.batch(sequences, rows)
-        return max(wall_seconds - target_ms / 1000, 0.0)
+        sequences EAGLE-3 `"auto"` then drafted at a loss (0.88x plain)."""
+        return max(wall_seconds - self.target_ms(sequences, sequences + drafted, kept, lone) / 1000, 0.0)
 
     def batch_rates(self, n: int) -> list[float]:
         """The batch's r_i for i < n. A position's prior continues the positions before it at their last
@@ -161,7 +178,7 @@ class AutoDraftLength(DraftLengthPolicy):
         tokens, rows = float(b), b + prefill_rows
 
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
-            return self.curve.early_exit(rows, tokens) if early_exit else self.curve.batch(seqs, rows)
+            return self.target_ms(seqs, rows, tokens - 1, early_exit)
 
         best_ratio, best_rows, best_tokens = tokens / cost(), 0, tokens
         # the sequence whose next row is likeliest kept (the first on ties), from a heap: a linear scan per
@@ -200,4 +217,5 @@ class AutoDraftLength(DraftLengthPolicy):
 
     def describe(self) -> dict[str, object]:
         return {"policy": "auto", "max_num_speculative_tokens": self.max_length, "cost_curve": self.curve.to_dict(),
+                "target_scale": round(self.target_scale, 3),
                 "draft_fixed_ms": round(self.draft.fixed_ms, 3), "draft_ms_per_token": round(self.draft.per_token_ms, 3)}

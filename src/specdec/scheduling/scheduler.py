@@ -192,7 +192,8 @@ class BatchScheduler:
         auto = isinstance(self.policy, AutoDraftLength)
         before = {} if not auto else {
             w.seq.request_id: (list(w.seq.stats.accepted_per_position), list(w.seq.stats.drafted_per_position),
-                               w.seq.stats.draft_seconds, w.seq.stats.num_draft_tokens) for w in work}
+                               w.seq.stats.draft_seconds - w.seq.stats.catch_up_seconds, w.seq.stats.num_draft_tokens,
+                               w.seq.stats.catch_up_seconds) for w in work}
         started = time.perf_counter()
         outputs = run_step(work)
         if self.pacing is not None and decoding:
@@ -200,17 +201,22 @@ class BatchScheduler:
             self.pacing.observe(time.perf_counter() - started, chunked)
         if auto:
             wall = time.perf_counter() - started
-            seconds, tokens, kept = 0.0, 0, 0
+            # catching up costs the same whatever is drafted: the policy prices drafts without it
+            seconds, tokens, kept, catch_up = 0.0, 0, 0, 0.0
             for w in work:
                 if not w.seq.prefilling and w.seq.request_id in before:
-                    acc, dr, ds, dt = before[w.seq.request_id]
+                    acc, dr, ds, dt, dc = before[w.seq.request_id]
                     s = w.seq.stats
                     accepted = _diff(s.accepted_per_position, acc)
                     self.policy.observe(accepted, _diff(s.drafted_per_position, dr))
-                    seconds, tokens = seconds + s.draft_seconds - ds, tokens + s.num_draft_tokens - dt
+                    seconds += s.draft_seconds - s.catch_up_seconds - ds
+                    tokens += s.num_draft_tokens - dt
+                    catch_up += s.catch_up_seconds - dc
                     kept += sum(accepted)
-            if not prefill_rows and decoding:
-                seconds = max(seconds, self.policy.step_overhead(wall, len(decoding), tokens, kept, early))
+            if not prefill_rows and decoding and tokens == 0:
+                self.policy.observe_plain_step(wall - catch_up, len(decoding), early)
+            elif not prefill_rows and decoding:
+                seconds = max(seconds, self.policy.step_overhead(wall - catch_up, len(decoding), tokens, kept, early))
             self.policy.observe_drafting(seconds, tokens)  # the whole step's: the drafter's calls serve them all
         for seq in list(self.running):
             if seq.finished:
