@@ -1,6 +1,6 @@
 """Issue 24, item 1: a long prompt neither stalls the streams that are decoding nor needs memory in
 proportion to its square. Step costs are simulated with a fake clock (cost = a + b x rows), so the test is
-exact and fast; the real figures come from scripts/long_prompt_check.py."""
+exact and fast; the real figures come from scripts/serve_long_prompt.sh."""
 
 from __future__ import annotations
 

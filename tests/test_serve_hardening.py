@@ -342,3 +342,51 @@ def test_a_short_soak_has_no_unexpected_failures(zoo):
     kinds = set(report.kinds)
     for family in ("completion", "chat", "_stream", "_stream_vanish", "completion_vanish", "bad_"):
         assert any(family in k for k in kinds), (family, kinds)  # every kind of traffic was sent
+
+
+def test_the_api_key_comes_from_the_environment_too(monkeypatch):
+    monkeypatch.setenv("SPECDEC_API_KEY", "sk-from-env")
+    assert serve_args().api_key == "sk-from-env"
+    assert serve_args("--api-key", "sk-flag").api_key == "sk-flag"  # the flag wins
+
+
+def test_the_default_kv_budget_and_prompt_limit_follow_the_free_memory(zoo, monkeypatch):
+    """Without --kv-cache-memory-gib the KV budget is half the free memory, at most 4 GiB, and the longest
+    accepted prompt is the one whose KV cache fits in it: less free memory, shorter prompts."""
+    import types
+
+    import psutil
+
+    from specdec.serving import server
+
+    def free(gib: float) -> None:
+        monkeypatch.setattr(psutil, "virtual_memory", lambda: types.SimpleNamespace(available=int(gib * 2**30)))
+
+    free(100)
+    assert server.kv_cache_budget(None) == 4 * 2**30
+    free(1)
+    assert server.kv_cache_budget(None) == 2**29
+    assert server.kv_cache_budget(0.25) == 2**28  # asked for: as asked
+    limits = []
+    for gib in (0.002, 0.001):
+        free(gib)
+        state = build_state(serve_args("--model", zoo.path("llama"), "--device", "cpu", "--no-warmup",
+                                       "--max-model-len", "100000"))
+        limits.append(state.limits.max_prompt_tokens)
+        budget = state.scheduler.batch.config.kv_cache_memory_bytes
+        assert budget == int(gib * 2**30 * server.KV_SHARE_OF_FREE_MEMORY)
+        assert state.limits.max_prompt_tokens == server.prompt_tokens_within(budget, zoo.load("llama").kv_bytes_per_token)
+    assert limits[1] < limits[0] < 100000 - 1
+
+
+def test_serve_hands_its_connection_limits_to_uvicorn(zoo, monkeypatch):
+    import uvicorn
+
+    from specdec.serving.server import cmd_serve
+
+    seen: dict = {}
+    monkeypatch.setattr(uvicorn, "run", lambda app, **kwargs: seen.update(kwargs))
+    args = serve_args("--model", zoo.path("llama"), "--device", "cpu", "--no-warmup", "--max-connections", "7",
+                      "--timeout-keep-alive", "3")
+    assert cmd_serve(args) == 0
+    assert seen["limit_concurrency"] == 7 and seen["timeout_keep_alive"] == 3
