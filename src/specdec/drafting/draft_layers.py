@@ -7,6 +7,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from specdec.models.decoder import rms_norm
+from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, module_linear
 from specdec.models.gated_activation import gated_activation
 
@@ -77,5 +78,7 @@ class GatedMLP(nn.Module):
         g, u = self.gate_proj.weight, self.up_proj.weight
         key = (g.data_ptr(), g._version, u.data_ptr(), u._version)
         if self._gate_up is None or self._gate_up[0] != key:
-            self._gate_up = (key, torch.cat([g.detach(), u.detach()]).contiguous())
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: packing tracks its version
+                self._gate_up = (key, torch.cat([g.detach(), u.detach()]).contiguous())
+                fast_linear.pack_weight(self._gate_up[1])  # where the AMX kernels are: their layout, same bits
         return self._gate_up[1]

@@ -20,6 +20,7 @@ from torch import nn
 
 from specdec.drafting.draft_layers import GatedMLP, RMSNorm, rope
 from specdec.drafting.vocab_map import SharedTargetParts
+from specdec.models import fast_linear
 from specdec.models.fast_linear import module_linear as _lin
 
 
@@ -137,6 +138,8 @@ class Eagle3Drafter(SharedTargetParts):
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
+        if all(isinstance(n, int) and n <= KERNEL_ROWS for n in visibles) and _draft_kernel(q) is not None:
+            return self._layer_output(residual, _kernel_attention(q, k, v, caches, visibles).to(h.dtype))  # type: ignore[arg-type]
         parts, start = [], 0
         for cache, visible in zip(caches, visibles):
             n = visible if isinstance(visible, int) else visible.shape[0]
@@ -181,6 +184,33 @@ class Eagle3Drafter(SharedTargetParts):
         for i, vi in enumerate(past_v[1:]):
             attn = attn + weights[..., offset + n + i : offset + n + i + 1] * _expand_kv(vi[:, :n], heads)
         return self._layer_output(residual, attn)
+
+
+KERNEL_ROWS = 16  # new rows per sequence up to which causal steps run in one kernel call (beyond: torch's matmuls)
+
+
+def _draft_kernel(q: torch.Tensor) -> object | None:
+    if q.device.type != "cpu" or torch.is_grad_enabled():
+        return None
+    k = fast_linear.kernel()
+    return k if k is not None and hasattr(k, "draft_attention") else None
+
+
+def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches: Sequence[DraftKVCache],
+                      rows: Sequence[int]) -> torch.Tensor:
+    """Causal attention of every sequence's new rows over its own cache in one kernel call
+    (kernels/avx2_draft_attention.cpp): [heads, sum rows, d] float32. At 32 sequences drafting one row each,
+    the per-sequence torch ops cost more than the arithmetic."""
+    keys, values, start = [], [], 0
+    for cache, n in zip(caches, rows):
+        cache_k, cache_v = cache.append(k[:, start : start + n], v[:, start : start + n])
+        keys.append(cache_k)
+        values.append(cache_v)
+        start += n
+    if start != q.shape[1]:
+        raise ValueError(f"{start} rows for {q.shape[1]} inputs")
+    qf = q.to(torch.float32).contiguous()
+    return fast_linear.kernel().draft_attention(qf, keys, values, list(rows), 1.0 / math.sqrt(q.shape[-1]))  # type: ignore[union-attr]
 
 
 def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -1,0 +1,125 @@
+"""kernels/avx2_draft_attention.cpp: the drafters' causal attention of a whole step in one call, bit for bit the
+arithmetic its header documents, close to torch's attention, and each sequence's rows independent of the
+others in the call."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from kernel_exp import documented_exp
+from specdec.models import fast_linear
+
+kernel = fast_linear.kernel()
+pytestmark = pytest.mark.skipif(kernel is None or not hasattr(kernel, "draft_attention"), reason="no kernels")
+
+
+def documented_row(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, scale: float) -> torch.Tensor:
+    """One row and head as the header says: q [D], keys/values [T, D] (the visible entries), float32 ops."""
+    t, d = keys.shape
+    products = (q[None] * keys).view(t, d // 8, 8)
+    lanes = torch.zeros(t, 8)
+    for c in range(d // 8):  # dimension d into lane d mod 8, ascending
+        lanes = lanes + products[:, c]
+    four = lanes[:, :4] + lanes[:, 4:]
+    two = four[:, :2] + four[:, 2:]
+    s = (two[:, 0] + two[:, 1]) * torch.tensor(scale, dtype=torch.float32)
+    e = documented_exp(s - s.max())
+    total = torch.tensor(0.0)
+    for x in e:
+        total = total + x
+    acc = torch.zeros(d)
+    for i in range(t):
+        acc = acc + e[i] * values[i]
+    return acc * (torch.tensor(1.0) / total)
+
+
+def caches(lengths: list[int], kv_heads: int, dim: int, capacity: int = 40, seed: int = 0):
+    gen = torch.Generator().manual_seed(seed)
+    out = []
+    for n in lengths:
+        k = torch.randn(kv_heads, capacity, dim, generator=gen)
+        v = torch.randn(kv_heads, capacity, dim, generator=gen)
+        out.append((k[:, :n], v[:, :n]))  # views of a larger cache, as DraftKVCache.append returns
+    return out
+
+
+@pytest.mark.parametrize("heads,kv_heads", [(4, 1), (4, 2)])
+def test_every_row_is_the_documented_arithmetic(heads, kv_heads):
+    dim, lengths, rows = 16, [7, 1, 20, 12], [1, 1, 3, 2]
+    kv = caches(lengths, kv_heads, dim)
+    q = torch.randn(heads, sum(rows), dim, generator=torch.Generator().manual_seed(1))
+    scale = 1 / math.sqrt(dim)
+    out = kernel.draft_attention(q, [k for k, _ in kv], [v for _, v in kv], rows, scale)
+    start = 0
+    for (k, v), n, length in zip(kv, rows, lengths):
+        for r in range(n):
+            visible = length - n + r + 1  # causal: the cache before the new rows and the new rows up to r
+            for h in range(heads):
+                g = h // (heads // kv_heads)
+                want = documented_row(q[h, start + r], k[g, :visible], v[g, :visible], scale)
+                assert torch.equal(out[h, start + r], want), (start + r, h)
+                close = torch.softmax(q[h, start + r] @ k[g, :visible].T * scale, -1) @ v[g, :visible]
+                torch.testing.assert_close(out[h, start + r], close, rtol=1e-5, atol=1e-5)
+        start += n
+
+
+def test_a_sequences_rows_do_not_depend_on_the_others_in_the_call():
+    dim, heads = 16, 4
+    kv = caches([9, 15, 4], 1, dim, seed=2)
+    q = torch.randn(heads, 3, dim, generator=torch.Generator().manual_seed(3))
+    together = kernel.draft_attention(q, [k for k, _ in kv], [v for _, v in kv], [1, 1, 1], 0.25)
+    for i, (k, v) in enumerate(kv):
+        alone = kernel.draft_attention(q[:, i : i + 1].contiguous(), [k], [v], [1], 0.25)
+        assert torch.equal(together[:, i : i + 1], alone)
+
+
+def test_bad_arguments_are_refused():
+    kv = caches([5], 1, 16)
+    q = torch.randn(4, 2, 16)
+    with pytest.raises(RuntimeError, match="add up"):
+        kernel.draft_attention(q, [kv[0][0]], [kv[0][1]], [1], 0.25)
+    with pytest.raises(RuntimeError, match="float32"):
+        kernel.draft_attention(q.to(torch.bfloat16), [kv[0][0]], [kv[0][1]], [2], 0.25)
+    with pytest.raises(RuntimeError, match="hold its new rows"):
+        kernel.draft_attention(torch.randn(4, 9, 16), [kv[0][0]], [kv[0][1]], [9], 0.25)
+
+
+def test_a_drafter_step_with_the_kernel_matches_the_torch_path(zoo, tmp_path, monkeypatch):
+    """Eagle3Drafter.step_batch: causal steps of up to KERNEL_ROWS rows per sequence take the kernel; the
+    layer outputs stay within float32 rounding of the per-sequence torch attention."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec import LLM
+    from specdec.drafting import eagle3_model
+    from specdec.drafting.eagle3_model import DraftKVCache
+
+    target = zoo.load("gemma3_text")
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
+                                                  "model": make_random_eagle3(target, tmp_path / "d")})
+    drafter = llm.new_proposer().drafter
+    c = drafter.config
+    gen = torch.Generator().manual_seed(4)
+    rows = [1, 3, 2]
+    h = torch.randn(sum(rows), c.hidden_size, generator=gen).to(torch.bfloat16)
+    tokens = torch.randint(0, 50, (sum(rows),), generator=gen)
+
+    def run() -> torch.Tensor:
+        caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
+                  for _ in rows]
+        for cache, past in zip(caches, (4, 7, 2)):  # some context already cached
+            cache.append(torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past)),
+                         torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past + 1)))
+        positions = torch.tensor([4, 7, 8, 9, 2, 3])
+        with torch.inference_mode():
+            return drafter.step_batch(h, tokens, positions, caches, rows)
+
+    calls: list[int] = []
+    real = eagle3_model._kernel_attention
+    monkeypatch.setattr(eagle3_model, "_kernel_attention", lambda *a: calls.append(1) or real(*a))
+    with_kernel = run()
+    assert calls
+    monkeypatch.setattr(eagle3_model, "_draft_kernel", lambda q: None)
+    torch_path = run()
+    torch.testing.assert_close(with_kernel.float(), torch_path.float(), rtol=0.02, atol=0.02)
