@@ -6,8 +6,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from specdec.models.decoder import rms_norm
 from specdec.models import fast_linear
+from specdec.models.decoder import rms_norm
 from specdec.models.fast_linear import linear, module_linear
 from specdec.models.gated_activation import gated_activation
 

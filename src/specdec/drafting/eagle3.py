@@ -230,8 +230,8 @@ def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_t
 
 def _ingest_batch(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]],
                   max_tokens: Sequence[int]) -> tuple[torch.Tensor, list[int], list[int]]:
-    """`Eagle3Proposer._ingest` for proposers sharing one drafter, in one drafter step; then each follows its
-    tokens. Returns each sequence's last ingested output [n, H], its drafter context and its draft depth."""
+    """Reads every proposer's pending committed positions (after `catch_up_batch`, at most CATCH_UP_ROWS
+    each) in one drafter step; then each follows its tokens. Returns each sequence's last ingested output [n, H], its drafter context and its draft depth."""
     Eagle3Proposer.catch_up_batch(ps, tokens)
     inputs = [p._ingest_inputs(t) for p, t in zip(ps, tokens)]
     out = _step_batch(ps, inputs)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import torch
 from torch import nn
@@ -138,8 +139,9 @@ class Eagle3Drafter(SharedTargetParts):
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
-        if all(isinstance(n, int) and n <= KERNEL_ROWS for n in visibles) and _draft_kernel(q) is not None:
-            return self._layer_output(residual, _kernel_attention(q, k, v, caches, visibles).to(h.dtype))  # type: ignore[arg-type]
+        kernel = _draft_kernel(q) if all(isinstance(n, int) and n <= KERNEL_ROWS for n in visibles) else None
+        if kernel is not None:
+            return self._layer_output(residual, _kernel_attention(kernel, q, k, v, caches, visibles).to(h.dtype))  # type: ignore[arg-type]
         parts, start = [], 0
         for cache, visible in zip(caches, visibles):
             n = visible if isinstance(visible, int) else visible.shape[0]
@@ -189,14 +191,14 @@ class Eagle3Drafter(SharedTargetParts):
 KERNEL_ROWS = 16  # new rows per sequence up to which causal steps run in one kernel call (beyond: torch's matmuls)
 
 
-def _draft_kernel(q: torch.Tensor) -> object | None:
+def _draft_kernel(q: torch.Tensor) -> Any | None:
     if q.device.type != "cpu" or torch.is_grad_enabled():
         return None
     k = fast_linear.kernel()
     return k if k is not None and hasattr(k, "draft_attention") else None
 
 
-def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches: Sequence[DraftKVCache],
+def _kernel_attention(kernel: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches: Sequence[DraftKVCache],
                       rows: Sequence[int]) -> torch.Tensor:
     """Causal attention of every sequence's new rows over its own cache in one kernel call
     (kernels/avx2_draft_attention.cpp): [heads, sum rows, d] float32. At 32 sequences drafting one row each,
@@ -210,7 +212,7 @@ def _kernel_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches:
     if start != q.shape[1]:
         raise ValueError(f"{start} rows for {q.shape[1]} inputs")
     qf = q.to(torch.float32).contiguous()
-    return fast_linear.kernel().draft_attention(qf, keys, values, list(rows), 1.0 / math.sqrt(q.shape[-1]))  # type: ignore[union-attr]
+    return kernel.draft_attention(qf, keys, values, list(rows), 1.0 / math.sqrt(q.shape[-1]))
 
 
 def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

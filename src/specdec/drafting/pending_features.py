@@ -50,9 +50,6 @@ class PendingFeatures:
         self._rows = int(rest.shape[0])
         return features[:n]
 
-    def clear(self) -> None:
-        self._parts, self._rows = [], 0
-
     def _gather(self) -> torch.Tensor:
         pieces = []
         for hidden, rows in self._parts:
