@@ -75,6 +75,28 @@ def test_a_sequence_gets_the_same_bits_in_any_batch(zoo, model, batch):
         assert all(torch.equal(e.hidden[i], g.hidden[i]) for i in capture)
 
 
+def test_a_runtime_reuses_its_kv_memory_for_the_next_sequence(zoo):
+    """A released runtime keeps a small cache and the next `reset` reuses its memory, larger or smaller (a
+    view of it, zeroed): the next sequence's logits equal a fresh runtime's, bit for bit."""
+    loaded = zoo.load("qwen2_sliding")
+    reused = loaded.new_runtime()
+    reused.reset(256)
+    reused.prefill([5, 6, 7, 8, 9] * 20)
+    storage = reused.cache.storage_bytes
+    reused.release()
+    assert reused.cache is not None  # kept: far below KEEP_CACHE_BYTES
+    for capacity, prompt in ((128, [3, 4, 5, 6]), (256, [9, 8, 7]), (96, [11, 12])):
+        reused.reset(capacity)
+        assert reused.cache.capacity == capacity and reused.cache.storage_bytes == storage
+        fresh = loaded.new_runtime()
+        fresh.reset(capacity)
+        got, want = reused.prefill(prompt), fresh.prefill(prompt)
+        assert torch.equal(got.logits, want.logits)
+        call = ForwardCall([13, 14, 15], [-1, 0, 0], (), "all")
+        assert torch.equal(forward_batch([reused], [call])[0].logits, fresh.forward(call.tokens, call.parents).logits)
+        reused.release()
+
+
 def test_a_batch_computes_every_greedy_token_in_one_call(zoo, monkeypatch):
     """ForwardCall(argmax=True): the batch's logit rows go through greedy_argmax once, each sequence gets its
     rows' slice (equal to its own argmax), and greedy verification uses that slice rather than its own."""

@@ -142,18 +142,41 @@ def test_auto_scales_the_curve_by_what_steps_without_a_draft_took():
     assert policy.target_scale <= 0.9 * 3.0 + 0.1 * 4.0 + 1e-9
 
 
-def test_drafting_cost_splits_into_a_fixed_part_and_a_part_per_token():
+def test_drafting_cost_splits_into_fixed_per_level_and_per_token_parts():
     from specdec.scheduling.draft_cost import DraftCost
 
     cost = DraftCost()
+    for levels, tokens in ((1, 1), (8, 8), (2, 16), (4, 32), (3, 96), (8, 64), (1, 32), (5, 5)):
+        cost.observe(2.0 + 1.0 * levels + 0.2 * tokens, tokens, levels)  # a step, each call, each token
+    assert cost.fixed_ms == pytest.approx(2.0, abs=0.05)
+    assert cost.per_level_ms == pytest.approx(1.0, abs=0.02) and cost.per_token_ms == pytest.approx(0.2, abs=0.01)
+    assert cost.ms(0) == 0.0 and cost.ms(40, 4) == pytest.approx(2.0 + 4.0 + 8.0, rel=0.02)
+    one_level = DraftCost()
     for tokens in (1, 8, 2, 16, 4, 32):
-        cost.observe(6.0 + 0.25 * tokens, tokens)  # a call costs 6 ms, each token 0.25 ms more
-    assert cost.fixed_ms == pytest.approx(6.0) and cost.per_token_ms == pytest.approx(0.25)
-    assert cost.ms(0) == 0.0 and cost.ms(4) == pytest.approx(7.0)
-    same = DraftCost()
-    for _ in range(3):
-        same.observe(8.0, 4)  # always 4 tokens: nothing to split, all of it per token
-    assert same.fixed_ms == 0.0 and same.per_token_ms == pytest.approx(2.0)
+        one_level.observe(6.0 + 0.25 * tokens, tokens, 1)  # one call whatever the tokens (n-gram, Medusa)
+    assert one_level.ms(4, 1) == pytest.approx(7.0, rel=0.01) and one_level.ms(64, 1) == pytest.approx(22.0, rel=0.01)
+
+
+def test_drafting_cost_measured_on_one_sequence_does_not_price_a_batch_per_token():
+    """One sequence drafting 8-token chains (8 calls of 1 ms): the cost is taken as per level, so 32 sequences
+    drafting 4 tokens each are priced at about 4 calls, not at 128 tokens of 1 ms (which kept EAGLE-3 from
+    drafting at 32 sequences for 54 steps)."""
+    from specdec.scheduling.draft_cost import DraftCost
+
+    cost = DraftCost()
+    for _ in range(20):
+        cost.observe(8.0, 8)  # levels None: one sequence's chain
+    assert cost.ms(8) == pytest.approx(8.0, rel=0.01)
+    assert cost.ms(128, 4) < 8.0
+
+
+def test_auto_drafts_for_a_batch_after_pricing_the_drafter_on_one_sequence():
+    curve = CostCurve([1, 32, 64, 160], [25.0, 30.0, 40.0, 75.0])
+    policy = AutoDraftLength(curve, max_length=4)
+    for _ in range(20):
+        policy.observe_drafting(0.008, 8)  # 8 ms for one sequence's 8 tokens
+    seqs = [history([0.8] * 4) for _ in range(32)]
+    assert sum(policy.choose(seqs, [4] * 32)) >= 64
 
 
 def test_auto_prices_the_drafters_fixed_cost_once_per_step():
@@ -270,3 +293,44 @@ def test_auto_gives_a_tree_only_the_rows_it_priced(zoo, tmp_path, monkeypatch):
     out = [o.outputs[0].token_ids for o in llm.generate(prompts, params)]
     assert out == [o.outputs[0].token_ids for o in LLM(loaded=target).generate(prompts, params)]
     assert rows and max(rows) == 4  # the root and 3 nodes, not the 12 a depth-3 tree of top-3 children has
+
+
+def test_auto_counts_the_positions_a_drafter_with_a_confidence_rule_does_not_reach():
+    """A drafter that was allowed 8 tokens in each of 40 steps but stopped after 2 in most of them: its
+    acceptance at deep positions (measured only where it got there) is worth that position's reach, and
+    the policy allows it little more than it drafts."""
+    curve = CostCurve([1, 64], [10.0, 136.0])  # a row costs a fifth of a step
+    policy = AutoDraftLength(curve, max_length=8)
+    stops = SpecDecodingStats()
+    stops.chosen_draft_lengths = [0] * 8 + [40]
+    stops.drafted_per_position = [40, 40] + [3] * 6
+    stops.accepted_per_position = [36, 32] + [3] * 6
+    stops.num_draft_tokens = sum(stops.drafted_per_position)
+    reaches = SpecDecodingStats()  # the same acceptance where it drafted, and it drafted what it was allowed
+    reaches.chosen_draft_lengths = [0] * 8 + [40]
+    reaches.drafted_per_position = [40] * 8
+    reaches.accepted_per_position = [36, 32, 30, 28, 26, 24, 22, 20]
+    reaches.num_draft_tokens = 320
+    assert policy.reach(stops, 8, [1.0] * 8)[2] < 0.2 and policy.reach(reaches, 8, [1.0] * 8)[7] == 1.0
+    assert policy.choose([stops], [8]) == [2]
+    assert policy.choose([reaches], [8])[0] >= 6
+
+
+def test_auto_weights_favour_the_sequence_furthest_from_its_end():
+    """While a closed batch drains, a token of the sequence with the most left to generate is worth more: with
+    room for one draft row, it goes to that sequence, whichever the scheduler lists first."""
+    curve = CostCurve([1, 2, 3, 64], [10.0, 10.0, 10.1, 100.0])  # the third row costs little, more cost a lot
+    policy = AutoDraftLength(curve, max_length=1)
+    seqs = [history([0.8]), history([0.8])]
+    assert policy.choose(seqs, [1, 1]) == [1, 1]
+    assert policy.choose(seqs, [1, 1], weights=[0.05, 1.0]) == [0, 1]
+    assert policy.choose(seqs, [1, 1], weights=[1.0, 0.05]) == [1, 0]
+
+
+def test_drain_weights_follow_the_tokens_left():
+    from types import SimpleNamespace
+
+    from specdec.scheduling.scheduler import drain_weights
+
+    seqs = [SimpleNamespace(room=99), SimpleNamespace(room=49), SimpleNamespace(room=0)]
+    assert drain_weights(seqs) == [1.0, 0.5, 0.01]  # type: ignore[arg-type]

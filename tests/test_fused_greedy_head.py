@@ -16,7 +16,8 @@ FUSED = hasattr(fast_linear.kernel(), "rows_argmax_linear")
 
 
 @pytest.mark.skipif(not FUSED, reason="the fused head is built with the AMX kernels only")
-@pytest.mark.parametrize("m,k,n", [(1, 640, 1000), (3, 64, 33), (17, 100, 70), (33, 640, 4097), (70, 96, 3000)])
+@pytest.mark.parametrize("m,k,n", [(1, 640, 1000), (3, 64, 33), (17, 100, 70), (33, 640, 4097), (70, 96, 3000),
+                                   (96, 640, 4097), (130, 64, 100)])  # 3 m tiles and up: the wide passes
 def test_fused_argmax_is_the_argmax_of_the_kernel_logits(m: int, k: int, n: int) -> None:
     torch.manual_seed(m * 1000 + n)
     x, w = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16()

@@ -13,6 +13,7 @@ from specdec.drafting.registry import get_method
 from specdec.engine.loop import StepOutput, generate_tokens
 from specdec.engine.stats import SpecDecodingStats
 from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
+from specdec.models.runtime import ModelRuntime
 from specdec.quantization.apply import check_mode
 from specdec.sampling_params import SamplingParams
 from specdec.scheduling.cost_curve import CostCurve, measure_cost_curve
@@ -117,6 +118,7 @@ class LLM:
         self._ids = itertools.count()
         self._policy: DraftLengthPolicy | None = None
         self._scheduler: BatchScheduler | None = None
+        self._runtime_pool: list[ModelRuntime] = []  # finished sequences' runtimes, for any of its schedulers
         self._scheduler_proposer: Proposer | None = None
 
     @property
@@ -184,7 +186,7 @@ class LLM:
         return BatchScheduler(
             self.model.new_runtime, new_proposer if own is not None else None, self.tokenizer,
             self.eos_token_ids, self.model.kv_bytes_per_token, self.draft_length_policy, config, self.max_model_len,
-            num_speculative_tokens=num,
+            num_speculative_tokens=num, runtime_pool=self._runtime_pool,
         )
 
     def get_tokenizer(self) -> Any:
@@ -233,6 +235,7 @@ class LLM:
         progress = None
         try:
             ids = [scheduler.add(tokens, params) for (_, tokens), params in zip(encoded, params_list)]
+            scheduler.closed = True
             if use_tqdm:
                 from tqdm import tqdm
 
@@ -244,6 +247,7 @@ class LLM:
                         progress.update(1)
         finally:
             scheduler.abort_all()  # after a failure: nothing of this call stays queued
+            scheduler.closed = False
             if progress is not None:
                 progress.close()
         outputs = []

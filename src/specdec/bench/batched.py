@@ -38,6 +38,7 @@ def run_offline(llm: LLM, prompts: Sequence[list[int]], params: SamplingParams, 
     scheduler = llm.new_scheduler(max_num_seqs=batch_size)
     start = time.perf_counter()
     ids = [scheduler.add(p, params) for p in prompts]
+    scheduler.closed = True
     done: dict[str, float] = {}
     last: dict[str, Any] = {}
     while scheduler.has_unfinished:

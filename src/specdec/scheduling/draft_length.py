@@ -4,8 +4,8 @@
 - DraftLengthByBatchSize: a length per range of running sequences (vLLM's per-batch-size setting).
 - AutoDraftLength: per sequence and step, the lengths (zero included) that maximise the batch's expected
   tokens per second: (sum over s of 1 + E[accepted_s(k_s)]) / (T(B, sum of 1 + k_s) + D(sum of k_s)), with
-  T the measured cost curve, D the drafter's measured cost (a fixed part per drafting step plus a part per
-  token, scheduling/draft_cost.py) and E[accepted_s(k)] = sum over i < k of r_s,i, where r_s,i is the fraction of
+  T the measured cost curve, D the drafter's measured cost (a fixed part per drafting step, a part per level
+  of the deepest draft and a part per token, scheduling/draft_cost.py) and E[accepted_s(k)] = sum over i < k of r_s,i, where r_s,i is the fraction of
   the sequence's drafts reaching position i whose tokens 0..i were all accepted. A greedy marginal
   allocation: add one draft row at a time to the sequence whose next row is likeliest to be kept, and
   keep the prefix of that order with the best ratio.
@@ -43,10 +43,12 @@ SCALE_LIMITS = (0.5, 4.0)  # a step's wall time against the curve's prediction, 
 class DraftLengthPolicy(ABC):
     @abstractmethod
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False,
+               weights: Sequence[float] | None = None) -> list[int]:
         """Draft lengths for the decoding sequences, given each one's statistics so far and its cap, in a step
         that also forwards `prefill_rows` prompt rows of `prefill_sequences` other sequences; `early_exit`:
-        one greedy sequence alone, whose verification scores the head only for rows still alive."""
+        one greedy sequence alone, whose verification scores the head only for rows still alive; `weights`: what
+        a token of each sequence is worth (None: all 1), see AutoDraftLength.choose."""
 
     def describe(self) -> dict[str, object]:
         return {"policy": type(self).__name__}
@@ -57,7 +59,8 @@ class FixedDraftLength(DraftLengthPolicy):
     length: int | None = None  # None: whatever the method drafts (its num_speculative_tokens, tree depth)
 
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False,
+               weights: Sequence[float] | None = None) -> list[int]:
         return list(caps) if self.length is None else [min(self.length, c) for c in caps]
 
     def describe(self) -> dict[str, object]:
@@ -73,7 +76,8 @@ class DraftLengthByBatchSize(DraftLengthPolicy):
         return next((k for first, last, k in self.ranges if first <= batch_size <= last), self.default)
 
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False,
+               weights: Sequence[float] | None = None) -> list[int]:
         k = self.length_for(len(caps))
         return [min(k, c) for c in caps]
 
@@ -91,26 +95,39 @@ class AutoDraftLength(DraftLengthPolicy):
     _scale_seen: bool = False
     _accepted: list[float] = field(default_factory=list)
     _drafted: list[float] = field(default_factory=list)
+    _allowed: list[float] = field(default_factory=list)  # [i]: sequence-steps whose policy allowed position i
+    _granted: float = 0.0  # draft tokens allowed, and drafted, over the batch's sequence-steps
+    _filled: float = 0.0
 
-    def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int]) -> None:
+    def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int],
+                allowed: int | None = None, drafted_tokens: int | None = None) -> None:
         """Adds one sequence-step's counts to the batch-wide rates (the prior of sequences with little
-        history), after fading the older counts."""
+        history), after fading the older counts: what was accepted and drafted per position, how many
+        positions the policy allowed (None: as many as drafted) and how many tokens were drafted (None: the
+        positions drafted; a tree's nodes otherwise)."""
         fade = 0.5 ** (1 / HALF_LIFE)
         self._drafted = [x * fade for x in self._drafted]
         self._accepted = [x * fade for x in self._accepted]
-        for i, n in enumerate(drafted_per_position):
+        self._allowed = [x * fade for x in self._allowed]
+        self._granted, self._filled = self._granted * fade, self._filled * fade
+        positions = len(drafted_per_position) if allowed is None else allowed
+        for i in range(max(positions, len(drafted_per_position))):
             while len(self._drafted) <= i:
                 self._drafted.append(0.0)
                 self._accepted.append(0.0)
-            self._drafted[i] += n
+                self._allowed.append(0.0)
+            self._drafted[i] += drafted_per_position[i] if i < len(drafted_per_position) else 0
             self._accepted[i] += num_accepted_per_position[i] if i < len(num_accepted_per_position) else 0
+            self._allowed[i] += 1 if i < positions else 0
+        self._granted += positions
+        self._filled += sum(drafted_per_position) if drafted_tokens is None else drafted_tokens
 
-    def observe_drafting(self, draft_seconds: float, draft_tokens: int) -> None:
-        """One step's drafting time and drafted tokens over all of its sequences; a step that drafted nothing
-        fades the estimate (half-life DRAFT_COST_HALF_LIFE steps), so a cost that stopped drafting is
-        measured again by a probe before long."""
+    def observe_drafting(self, draft_seconds: float, draft_tokens: int, levels: int | None = None) -> None:
+        """One step's drafting time, drafted tokens over all of its sequences and deepest draft (levels); a
+        step that drafted nothing fades the estimate (half-life DRAFT_COST_HALF_LIFE steps), so a cost that
+        stopped drafting is measured again by a probe before long."""
         if draft_tokens > 0:
-            self.draft.observe(draft_seconds * 1000, draft_tokens)
+            self.draft.observe(draft_seconds * 1000, draft_tokens, levels)
         else:
             self.draft.fade(0.5 ** (1 / DRAFT_COST_HALF_LIFE))
 
@@ -165,38 +182,87 @@ class AutoDraftLength(DraftLengthPolicy):
             out.append(prev)
         return out
 
+    def batch_reach(self, n: int) -> list[float]:
+        """The batch's share of allowed positions i < n that were drafted: a drafter with a confidence rule
+        stops before its allowance (EAGLE-3 at threshold 0.45 drafted 55 of 102 tokens allowed at 32
+        MT-Bench sequences), and its acceptance at deep positions, measured only where it got there, would
+        otherwise count for every allowed position. 1 until measured; never rises with i."""
+        out, prev = [], 1.0
+        for i in range(n):
+            drafted = self._drafted[i] if i < len(self._drafted) else 0.0
+            allowed = self._allowed[i] if i < len(self._allowed) else 0.0
+            prev = min(prev, (min(drafted, allowed) + PRIOR_WEIGHT) / (allowed + PRIOR_WEIGHT))
+            out.append(prev)
+        return out
+
+    def batch_fill(self) -> float:
+        """Draft tokens made per token allowed, over the batch (1 until measured)."""
+        return (min(self._filled, self._granted) + PRIOR_WEIGHT) / (self._granted + PRIOR_WEIGHT)
+
+    def reach(self, s: SpecDecodingStats, cap: int, batch: Sequence[float]) -> list[float]:
+        """The sequence's share of allowed positions i < cap that it drafted, shrunk towards the batch's."""
+        allowed, out, prev = 0, [], 1.0
+        lengths = s.chosen_draft_lengths
+        for i in range(cap):
+            allowed = sum(lengths[i + 1 :])  # steps whose policy allowed more than i tokens
+            drafted = s.drafted_per_position[i] if i < len(s.drafted_per_position) else 0
+            prev = min(prev, (min(drafted, allowed) + PRIOR_WEIGHT * batch[i]) / (allowed + PRIOR_WEIGHT))
+            out.append(prev)
+        return out
+
+    def fill(self, s: SpecDecodingStats, batch: float) -> float:
+        """The sequence's draft tokens per token allowed (a tree fills its allowance with nodes even where
+        it is shallow), shrunk towards the batch's."""
+        granted = sum(k * n for k, n in enumerate(s.chosen_draft_lengths))
+        return (min(s.num_draft_tokens, granted) + PRIOR_WEIGHT * batch) / (granted + PRIOR_WEIGHT)
+
     def choose(self, stats: Sequence[SpecDecodingStats], caps: Sequence[int], prefill_rows: int = 0,
-               prefill_sequences: int = 0, early_exit: bool = False) -> list[int]:
+               prefill_sequences: int = 0, early_exit: bool = False,
+               weights: Sequence[float] | None = None) -> list[int]:
+        """Each allowed position i of a sequence is worth reach_i * r_i tokens (the chance that it is drafted
+        at all, times that it is kept) and costs `fill` rows and draft tokens: what the sequence's allowed
+        tokens made of drafts so far. `weights` scale each sequence's tokens in the objective. The scheduler passes them while a closed
+        batch drains (nothing waits and nothing more will come): then the run ends when its longest sequence
+        does, and a token of a sequence near its end shortens it less than one of a sequence far from it."""
         b = len(stats)
+        w = [1.0] * b if weights is None else list(weights)
         caps = [min(c, self.max_length) for c in caps]
         batch = self.batch_rates(max(caps, default=0))
-        rates = [self.rates(s, c, batch) for s, c in zip(stats, caps)]
+        batch_reach, batch_fill = self.batch_reach(max(caps, default=0)), self.batch_fill()
+        rates = []
+        for s, c in zip(stats, caps):
+            rates.append([r * q for r, q in zip(self.rates(s, c, batch), self.reach(s, c, batch_reach))])
+        fills = [self.fill(s, batch_fill) for s in stats]
         lengths = [0] * b
         # The step's prompt rows are paid for anyway: next to a prefill chunk, draft rows add little to its
         # cost and multiply what the decoding sequences get out of it.
         seqs = b + prefill_sequences
-        tokens, rows = float(b), b + prefill_rows
+        tokens, rows = float(sum(w)), b + prefill_rows
 
         def cost() -> float:  # with early exit, the head is scored for about the tokens kept
             return self.target_ms(seqs, rows, tokens - 1, early_exit)
 
         best_ratio, best_rows, best_tokens = tokens / cost(), 0, tokens
+        made = 0.0  # draft tokens expected (the allowed rows times each sequence's fill)
         # the sequence whose next row is likeliest kept (the first on ties), from a heap: a linear scan per
         # row cost milliseconds a step at 32 sequences of 8 rows, a few percent of the step
-        heap = [(-r[0], i) for i, r in enumerate(rates) if caps[i] > 0 and r[0] > 0]
+        heap = [(-w[i] * r[0], i) for i, r in enumerate(rates) if caps[i] > 0 and r[0] > 0 and w[i] > 0]
         heapq.heapify(heap)
         picks: list[int] = []
+        levels, best_levels, best_made = 0, 0, 0.0  # the deepest draft so far: a network drafter's calls
         while heap:
             gain, pick = heapq.heappop(heap)
             lengths[pick] += 1
+            levels = max(levels, lengths[pick])
             picks.append(pick)
             tokens -= gain
-            rows += 1
-            ratio = tokens / (cost() + self.draft.ms(len(picks)))
+            rows += fills[pick]
+            made += fills[pick]
+            ratio = tokens / (cost() + self.draft.ms(made, levels))
             if ratio > best_ratio:
-                best_ratio, best_rows, best_tokens = ratio, len(picks), tokens
+                best_ratio, best_rows, best_tokens, best_levels, best_made = ratio, len(picks), tokens, levels, made
             if lengths[pick] < caps[pick] and rates[pick][lengths[pick]] > 0:
-                heapq.heappush(heap, (-rates[pick][lengths[pick]], pick))
+                heapq.heappush(heap, (-w[pick] * rates[pick][lengths[pick]], pick))
         best = [0] * b
         for pick in picks[:best_rows]:
             best[pick] += 1
@@ -204,18 +270,22 @@ class AutoDraftLength(DraftLengthPolicy):
         # FIRST_GUESS would pay for the target's cost of it and the drafter's (a first drafted row in the
         # step pays the drafter's fixed cost too: at 32 sequences an EAGLE-3 call costs about a quarter of a
         # plain step, and probes priced without it cost more than drafting ever gained there).
-        tokens, rows, drafted = best_tokens, b + prefill_rows + best_rows, best_rows
+        tokens, drafted = best_tokens, best_made
+        rows = b + prefill_rows + best_made
+        levels = max(best_levels, 1)
         for i, s in enumerate(stats):
             if best[i] == 0 and caps[i] > 0 and s.steps_since_allowed >= PROBE_AFTER:
-                before = tokens / (cost() + self.draft.ms(drafted))
-                tokens, rows, drafted = tokens + FIRST_GUESS, rows + 1, drafted + 1
-                if tokens / (cost() + self.draft.ms(drafted)) > before:
+                before = tokens / (cost() + self.draft.ms(drafted, best_levels if drafted else 0))
+                tokens, rows, drafted = tokens + w[i] * FIRST_GUESS, rows + 1, drafted + 1
+                if tokens / (cost() + self.draft.ms(drafted, levels)) > before:
+                    best_levels = levels
                     best[i] = 1
                 else:
-                    tokens, rows, drafted = tokens - FIRST_GUESS, rows - 1, drafted - 1
+                    tokens, rows, drafted = tokens - w[i] * FIRST_GUESS, rows - 1, drafted - 1
         return best
 
     def describe(self) -> dict[str, object]:
         return {"policy": "auto", "max_num_speculative_tokens": self.max_length, "cost_curve": self.curve.to_dict(),
                 "target_scale": round(self.target_scale, 3),
-                "draft_fixed_ms": round(self.draft.fixed_ms, 3), "draft_ms_per_token": round(self.draft.per_token_ms, 3)}
+                "draft_fixed_ms": round(self.draft.fixed_ms, 3), "draft_ms_per_level": round(self.draft.per_level_ms, 3),
+                "draft_ms_per_token": round(self.draft.per_token_ms, 3)}

@@ -185,6 +185,7 @@ def generate_data(
             bar.update(1)
             continue
         queued[scheduler.add(ids, params)] = (prompt, ids)
+    scheduler.closed = True
     tokens, start = 0, time.perf_counter()
     try:
         with path.open("a", encoding="utf-8") as f:
