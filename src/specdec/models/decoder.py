@@ -22,7 +22,7 @@ from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
 from specdec.models.gated_activation import gated_activation
-from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax
+from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax, head_screen
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
 
@@ -352,6 +352,12 @@ class Decoder(nn.Module):
             logits = torch.tanh(logits / cap) * cap
         return logits
 
+    @property
+    def screens_head(self) -> bool:
+        """Whether greedy_tokens rules out columns with the head's int8 copy (greedy_argmax.head_screen)."""
+        fused = self.quantized_head is None and self.packed_head is None and not self.arch.final_logit_softcap
+        return fused and head_screen(self.head_weight()) is not None
+
     def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.logits(hidden)) without the logits, where a fused head kernel computes exactly
         that (a dense bf16 head on the AMX kernels, no softcap: tanh rounding can tie two logits); else None."""
@@ -448,6 +454,8 @@ class Decoder(nn.Module):
             self.packed_head = None
         elif self.packed_head is None or not self.packed_head.packs(head):  # loading prepares twice: pack once
             self.packed_head = PackedHead.build(head)
+        if self.quantized_head is None and self.packed_head is None and not self.arch.final_logit_softcap:
+            head_screen(head)  # greedy_tokens' int8 screen, made at load rather than in the first step
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self
 

@@ -201,8 +201,9 @@ class NativeRuntime(ModelRuntime):
     @property
     def scores_head_slices(self) -> bool:
         # our bfloat16 row kernel computes every logit as its own fixed-order dot product, whatever the
-        # slice; torch's GEMMs may block differently by shape, so elsewhere the whole head is scored
-        return self.exact and fast_linear.kernel() is not None
+        # slice; torch's GEMMs may block differently by shape, so elsewhere the whole head is scored. Where the
+        # greedy head is screened by its int8 copy, every row's argmax at once costs less than one row's logits.
+        return self.exact and fast_linear.kernel() is not None and not self.decoder.screens_head
 
     def head_logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
         return self.decoder.logits(hidden, columns)

@@ -11,6 +11,9 @@ at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
 at::Tensor rows_linear_bf16(at::Tensor x, at::Tensor w);
 at::Tensor amx_pack_weight(at::Tensor w);
 at::Tensor amx_packed_linear(at::Tensor x, at::Tensor packed, int64_t n_size, bool bf16_out);
+std::vector<at::Tensor> amx_int8_head(at::Tensor w);
+std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1,
+                                                       at::Tensor c2, at::Tensor w);
 #endif
 #ifdef SPECDEC_PACKED_HEAD
 at::Tensor pack_bf16_panels(at::Tensor w);
@@ -39,6 +42,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_packed_linear", &amx_packed_linear, "x @ w.T for amx_pack_weight(w): the bits of rows_linear");
   m.def("rows_argmax_linear", &rows_argmax_linear, "argmax of each row of x @ w.T (bfloat16), as "
         "rows_argmax(rows_linear(x, w)) without the logits");
+  m.def("amx_int8_head", &amx_int8_head, "an LM head [V, K] as int8 rows with the factors of "
+        "amx_screened_argmax's bound: (q, scale, c1, c2), or () when it has a non-finite value");
+  m.def("amx_screened_argmax", &amx_screened_argmax, "(rows_argmax_linear(x, w), columns rechecked per row) "
+        "from amx_int8_head(w): the int8 head rules columns out, the bfloat16 one decides");
 #endif
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
 #ifdef SPECDEC_PACKED_HEAD
