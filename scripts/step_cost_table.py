@@ -2,7 +2,7 @@
 
     .venv/bin/python scripts/step_cost_table.py --batch-sizes 1,4,16,32 --draft-lengths 0,5
 
-Each sequence has a `--context`-token prefix in a cache of max(512, context + 64) slots; a forward runs its
+Each sequence has a `--context`-token prefix (a sample sentence repeated) in a cache of max(512, context + 64) slots; a forward runs its
 k+1 new rows (k = 0 is a plain decode step), and is rolled back after. Best of `--repeats` after one warm-up. Also prints plain
 decoding's throughput ratio against B=1 (what batching can give before speculation).
 """
@@ -18,6 +18,7 @@ import torch
 from specdec.defaults import DEFAULT_MODEL
 from specdec.models.loading import load_model
 from specdec.models.runtime import ForwardCall, forward_batch
+from specdec.scheduling.cost_curve import sample_tokens
 
 
 def main() -> None:
@@ -30,21 +31,24 @@ def main() -> None:
     ap.add_argument("--output", default=None, help="also write the table as JSON here")
     args = ap.parse_args()
     model = load_model(args.model)
+    # rows the model predicts confidently, as in real decoding (cost_curve.SAMPLE_TEXT)
+    text = sample_tokens(model.tokenizer) or list(range(1, 101))
     table: dict[str, dict[str, float]] = {}
     print(f"{'B':>3} " + " ".join(f"{'k=' + k:>9}" for k in args.draft_lengths.split(",")) + "  plain x B=1")
     for b in (int(x) for x in args.batch_sizes.split(",")):
         runtimes = [model.new_runtime() for _ in range(b)]
         for i, rt in enumerate(runtimes):
             rt.reset(max(512, args.context + 64))
-            rt.prefill([1 + (i * 7 + j) % 500 for j in range(args.context)])
+            rt.prefill([text[(i * 7 + j) % len(text)] for j in range(args.context)])
         row = {}
         for k in (int(x) for x in args.draft_lengths.split(",")):
             times = []
             for _ in range(args.repeats + 1):
                 t = time.perf_counter()
                 with torch.inference_mode():
-                    forward_batch(runtimes, [ForwardCall([5] * (k + 1), logit_rows="all", argmax=True, logits=False)
-                                            for _ in runtimes])  # as greedy steps run
+                    forward_batch(runtimes, [ForwardCall([text[(i * 7 + j) % len(text)] for j in range(args.context, args.context + k + 1)],
+                                                        logit_rows="all", argmax=True, logits=False)
+                                            for i in range(b)])  # as greedy steps run, continuing the prefix
                 times.append((time.perf_counter() - t) * 1000)
                 for rt in runtimes:
                     rt.truncate(args.context)

@@ -16,7 +16,7 @@ from specdec.models.loading import DEFAULT_MODEL, LoadedModel, load_model
 from specdec.models.runtime import ModelRuntime
 from specdec.quantization.apply import check_mode
 from specdec.sampling_params import SamplingParams
-from specdec.scheduling.cost_curve import CostCurve, measure_cost_curve
+from specdec.scheduling.cost_curve import CostCurve, measure_cost_curve, sample_tokens
 from specdec.scheduling.draft_length import (
     AutoDraftLength,
     DraftLengthByBatchSize,
@@ -145,7 +145,8 @@ class LLM:
             largest = self.scheduler_config.max_num_seqs * (self.speculative_config.num_speculative_tokens + 1
                                                             if self.speculative_config else 1)
             rows = [n for n in (1, 2, 4, 8, 16, 32, 64, 128, 256) if n < 2 * largest] or [1, 2]
-            curve = measure_cost_curve(self.model.new_runtime, capacity=512, row_counts=rows, context=64)
+            curve = measure_cost_curve(self.model.new_runtime, capacity=512, row_counts=rows, context=64,
+                                       text=sample_tokens(self.model.tokenizer))
             self.model.cost_curve = curve  # type: ignore[attr-defined]
         return curve
 

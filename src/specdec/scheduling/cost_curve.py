@@ -15,6 +15,7 @@ from __future__ import annotations
 import time
 from bisect import bisect_left
 from collections.abc import Callable, Sequence
+from typing import Any
 from dataclasses import dataclass
 
 from specdec.engine.sequence import MAX_TOKENS_PER_FORWARD
@@ -62,16 +63,39 @@ def _interpolate(rows: Sequence[int], ms: Sequence[float], n: float) -> float:
     return ms[lo] + (ms[hi] - ms[lo]) / (rows[hi] - rows[lo]) * (n - rows[lo])
 
 
+# What the rows read (see measure_cost_curve): a sentence the model continues with confidence once seen.
+SAMPLE_TEXT = ("The river runs past the old mill, under the stone bridge and on towards the sea. "
+               "Every morning the baker opens his shop at six and sells bread to the fishermen. ")
+
+
+def sample_tokens(tokenizer: Any) -> list[int]:
+    """SAMPLE_TEXT's token ids, or [] where the tokenizer cannot encode it."""
+    try:
+        return [int(t) for t in tokenizer.encode(SAMPLE_TEXT, add_special_tokens=False)]
+    except Exception:  # a stub or unusual tokenizer: the curve then reads a cycle of ids
+        return []
+
+
+def _cycle(text: Sequence[int], start: int, n: int) -> list[int]:
+    """Tokens start.. of `text` repeated (or of a 100-token cycle of ids when there is none)."""
+    if len(text) < 8:
+        return [1 + (i % 100) for i in range(start, start + n)]
+    return [text[i % len(text)] for i in range(start, start + n)]
+
+
 def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 512,
                        row_counts: Sequence[int] = ROW_COUNTS, repeats: int = 2,
-                       context: int = 128, sequences: int = 8) -> CostCurve:
+                       context: int = 128, sequences: int = 8, text: Sequence[int] = ()) -> CostCurve:
     """Times forwards of n rows after a `context`-token prefix in a `capacity`-slot cache (the best of
-    `repeats`), then a batch of `sequences` one-row sequences for the per-sequence overhead."""
+    `repeats`), then a batch of `sequences` one-row sequences for the per-sequence overhead. The prefix and
+    rows repeat `text` (token ids, e.g. of SAMPLE_TEXT), so the rows are predicted confidently, as in real
+    decoding: the greedy head's int8 screen (greedy_argmax.head_screen) then rechecks a few columns a row,
+    where arbitrary token ids left it thousands and the curve priced every row too high."""
     counts = [n for n in row_counts if context + n <= capacity]
     runtimes = [new_runtime() for _ in range(sequences)]
     for rt in runtimes:
         rt.reset(capacity)
-        rt.prefill([1 + (i % 100) for i in range(context)])
+        rt.prefill(_cycle(text, 0, context))
 
     def best(run: Callable[[], None]) -> float:
         times = []
@@ -86,11 +110,11 @@ def measure_cost_curve(new_runtime: Callable[[], ModelRuntime], capacity: int = 
         return ForwardCall(tokens, logit_rows=logit_rows, argmax=True, logits=False)
 
     def single(n: int, logit_rows: LogitRows = "all") -> None:
-        forward_batch(runtimes[:1], [verified([5] * n, logit_rows)])
+        forward_batch(runtimes[:1], [verified(_cycle(text, context, n), logit_rows)])
         runtimes[0].truncate(context)
 
     def batched() -> None:
-        forward_batch(runtimes, [verified([5]) for _ in runtimes])
+        forward_batch(runtimes, [verified(_cycle(text, context, 1)) for _ in runtimes])
         for rt in runtimes:
             rt.truncate(context)
 

@@ -23,6 +23,7 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -227,13 +228,13 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
           const int64_t cols = std::min<int64_t>(kTileN, v_size - blk * kTileN);
           for (int64_t r = 0; r < cols; ++r) {  // column blk * 16 + r; lanes: the m tile's rows
             const int64_t col = blk * kTileN + r;
-            const __m512 dot = _mm512_add_ps(_mm512_mul_ps(alpha, _mm512_cvtepi32_ps(_mm512_load_si512(da + r * kTileM))),
-                                             _mm512_mul_ps(beta, _mm512_cvtepi32_ps(_mm512_load_si512(db + r * kTileM))));
-            const __m512 estimate = _mm512_mul_ps(_mm512_set1_ps(sp[col]), dot);
-            const __m512 bound = _mm512_add_ps(_mm512_mul_ps(l1, _mm512_set1_ps(c1p[col])),
-                                               _mm512_mul_ps(err, _mm512_set1_ps(c2p[col])));
-            const __m512 upper = _mm512_add_ps(estimate, bound);
-            low = _mm512_mask_max_ps(low, lanes, low, _mm512_sub_ps(estimate, bound));
+            // fused multiply-adds round less than the bound allows for
+            const __m512 dot = _mm512_fmadd_ps(beta, _mm512_cvtepi32_ps(_mm512_load_si512(db + r * kTileM)),
+                                               _mm512_mul_ps(alpha, _mm512_cvtepi32_ps(_mm512_load_si512(da + r * kTileM))));
+            const __m512 sj = _mm512_set1_ps(sp[col]);
+            const __m512 bound = _mm512_fmadd_ps(l1, _mm512_set1_ps(c1p[col]), _mm512_mul_ps(err, _mm512_set1_ps(c2p[col])));
+            const __m512 upper = _mm512_fmadd_ps(sj, dot, bound);
+            low = _mm512_mask_max_ps(low, lanes, low, _mm512_fmsub_ps(sj, dot, bound));
             __mmask16 keep = _mm512_mask_cmp_ps_mask(lanes, upper, low, _CMP_GE_OQ);
             if (keep) {
               alignas(64) float up[kTileM];
@@ -260,30 +261,42 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
     for (const Candidate& c : found[t])
       if (c.upper >= threshold[c.row] && f.l1[c.row] > 0) survivors[c.row].push_back(c.column);
 
+  // Far more survivors than a screen leaves on a model's own hidden states (about 10 a row on Gemma; flat
+  // distributions keep thousands): gathering them would cost more than reading the whole bfloat16 head.
+  size_t total = 0;
+  for (const auto& cols : survivors) total += cols.size();
+  if (total > static_cast<size_t>(v_size) / 4) return {rows_argmax_linear(x, w), counts.fill_(v_size)};
+
   // the exact logits of the survivors, with the head's own tile multiplies, and the first maximum
   auto result = at::empty({m_size}, counts.options());
   int64_t* out = result.data_ptr<int64_t>();
   int64_t* count = counts.data_ptr<int64_t>();
   const auto* wr = reinterpret_cast<const uint16_t*>(w.data_ptr());
   const int64_t bf_tiles = (k_size + kTileK - 1) / kTileK, lda = bf_tiles * kTileK;
+  std::atomic<bool> bound_held{true};
+#pragma omp parallel num_threads(threads)
   {
     ThreadTiles tiles;
     std::vector<uint16_t> gathered(static_cast<size_t>(kBlockN * lda));
     alignas(64) float logits[2][kTileN * kTileM];
+#pragma omp for schedule(dynamic)
     for (int64_t m = 0; m < m_size; ++m) {
       if (f.l1[m] == 0) {  // a zero row: every logit is zero, and the first maximum is column 0
         out[m] = 0;
         continue;
       }
       const std::vector<int32_t>& cols = survivors[m];
-      TORCH_CHECK(!cols.empty(), "no column survived the screen (a bound is wrong)");
       count[m] = static_cast<int64_t>(cols.size());
+      if (cols.empty()) {  // cannot happen while the bound holds
+        bound_held = false;
+        continue;
+      }
       const std::vector<uint32_t> xp = pack_x(xr + m * k_size, 1, k_size, bf_tiles, 1);
       float value = -std::numeric_limits<float>::infinity();
       int64_t index = cols[0];
       for (size_t c0 = 0; c0 < cols.size(); c0 += kBlockN) {
         const size_t n = std::min<size_t>(kBlockN, cols.size() - c0);
-        std::fill(gathered.begin(), gathered.end(), 0);
+        if (n < static_cast<size_t>(kBlockN) || lda != k_size) std::fill(gathered.begin(), gathered.end(), 0);
         for (size_t i = 0; i < n; ++i)
           std::memcpy(gathered.data() + i * lda, wr + static_cast<int64_t>(cols[c0 + i]) * k_size, k_size * 2);
         block_tiles(gathered.data(), lda, xp.data(), bf_tiles, 1, 0, false, nullptr);
@@ -300,6 +313,7 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
       out[m] = index;
     }
   }
+  TORCH_CHECK(bound_held, "no column survived the screen (a bound is wrong)");
   return {result, counts};
 }
 
