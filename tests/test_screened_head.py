@@ -131,3 +131,13 @@ def test_a_model_decodes_the_same_tokens_with_and_without_the_screen(zoo, monkey
     monkeypatch.setenv("SPECDEC_NO_HEAD_SCREEN", "1")
     assert not loaded.decoder.screens_head and runtime.scores_head_slices
     assert tokens() == with_screen
+
+
+def test_flat_rows_and_huge_weights_go_to_the_bfloat16_head() -> None:
+    w = torch.ones(5000, 64).bfloat16()  # every logit equal: no column can be ruled out
+    x = torch.randn(40, 64).bfloat16()
+    got, rechecked = screened(x, w)
+    assert torch.equal(got, exact(x, w)) and (rechecked == 5000).all()  # the whole head decided
+    big = torch.randn(100, 32).bfloat16()
+    big[3, 3] = 1e7
+    assert KERNEL.amx_int8_head(big) == []

@@ -48,6 +48,10 @@ constexpr int64_t kQTileK = 64;  // int8 per tile row
 constexpr int64_t kChunkBlocks = 64;
 constexpr double kRound = 5.9604644775390625e-08;  // 2^-24: a float32 rounding
 constexpr double kSlack = 1.0 + 1e-5;  // the per-row factors rounded up
+// Denormal products and sums flushed to zero by the tile multiplies: far below any logit a bound separates.
+constexpr float kTiny = 1e-30f;
+// Weights larger than this are not screened: with |h|_1 <= 1e30 no logit can then overflow float32.
+constexpr double kLargestWeight = 1e6;
 
 // A column that may be its row's argmax: its upper bound was at least the row's best lower bound so far.
 struct Candidate {
@@ -94,7 +98,7 @@ struct RowFactors {
 
 // w bfloat16 [V, K] -> (q int8 [V rounded up to 16, K rounded up to 64] zero-padded, scale [V] = s_j,
 // c1 [V] = d_j + (K + 32) roundings of max |w_j|, c2 [V] = s_j |q_j|_1), all float32 rounded up where a
-// bound; empty when w has a non-finite value (no screening then).
+// bound; empty when w has a non-finite value or one above kLargestWeight (no screening then).
 std::vector<at::Tensor> amx_int8_head(at::Tensor w) {
   TORCH_CHECK(w.scalar_type() == at::kBFloat16 && w.dim() == 2 && w.size(0) > 0 && w.size(1) > 0,
               "a non-empty bfloat16 weight [V, K]");
@@ -114,7 +118,7 @@ std::vector<at::Tensor> amx_int8_head(at::Tensor w) {
       const uint16_t* row = wr + j * k_size;
       double top = 0.0;
       for (int64_t k = 0; k < k_size; ++k) top = std::max(top, std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k]))));
-      if (!std::isfinite(top)) {
+      if (!std::isfinite(top) || top > kLargestWeight) {
         finite = false;
         continue;
       }
@@ -199,6 +203,10 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
   std::vector<std::vector<float>> lower(threads, std::vector<float>(m_tiles * kTileM, -std::numeric_limits<float>::infinity()));
   std::vector<std::vector<Candidate>> found(threads);
   constexpr int64_t kAhead = 4;  // blocks of 16 x K int8 prefetched ahead
+  // Candidates a thread may keep before the screen gives up (flat rows keep most columns; 12 bytes each):
+  // then the bfloat16 head decides, as for too many survivors below.
+  const size_t most = static_cast<size_t>(v_size) / 2 + 4096;
+  std::atomic<bool> gave_up{false};
 #pragma omp parallel num_threads(threads)
   {
     ThreadTiles tiles;
@@ -209,7 +217,7 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
     // the me-th contiguous range of blocks, so the threads' candidates merge in column order
     const int64_t per = (blocks + team - 1) / team;
     const int64_t b0 = std::min(blocks, me * per), b1 = std::min(blocks, b0 + per);
-    for (int64_t c0 = b0; c0 < b1; c0 += kChunkBlocks) {
+    for (int64_t c0 = b0; c0 < b1 && !gave_up.load(std::memory_order_relaxed); c0 += kChunkBlocks) {
       const int64_t c1 = std::min(b1, c0 + kChunkBlocks);
       for (int64_t g = 0; g < m_tiles; ++g) {
         const int64_t valid_rows = std::min<int64_t>(kTileM, m_size - g * kTileM);
@@ -220,6 +228,7 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
         // zero rows (answered below without a screen) would keep every column
         const __mmask16 lanes = first_lanes(valid_rows) & _mm512_cmp_ps_mask(l1, _mm512_setzero_ps(), _CMP_GT_OQ);
         __m512 low = _mm512_loadu_ps(best + g * kTileM);
+        const __m512 tiny = _mm512_set1_ps(kTiny);
         for (int64_t blk = c0; blk < c1; ++blk) {
           const int8_t* qb = qp + blk * kTileN * kp;
           int8_block(qb, kp, xb.data(), k_tiles, g, g == 0 && blk + kAhead < b1 ? qb + kAhead * kTileN * kp : nullptr);
@@ -232,7 +241,7 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
             const __m512 dot = _mm512_fmadd_ps(beta, _mm512_cvtepi32_ps(_mm512_load_si512(db + r * kTileM)),
                                                _mm512_mul_ps(alpha, _mm512_cvtepi32_ps(_mm512_load_si512(da + r * kTileM))));
             const __m512 sj = _mm512_set1_ps(sp[col]);
-            const __m512 bound = _mm512_fmadd_ps(l1, _mm512_set1_ps(c1p[col]), _mm512_mul_ps(err, _mm512_set1_ps(c2p[col])));
+            const __m512 bound = _mm512_fmadd_ps(l1, _mm512_set1_ps(c1p[col]), _mm512_fmadd_ps(err, _mm512_set1_ps(c2p[col]), tiny));
             const __m512 upper = _mm512_fmadd_ps(sj, dot, bound);
             low = _mm512_mask_max_ps(low, lanes, low, _mm512_fmsub_ps(sj, dot, bound));
             __mmask16 keep = _mm512_mask_cmp_ps_mask(lanes, upper, low, _CMP_GE_OQ);
@@ -249,8 +258,10 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
         }
         _mm512_storeu_ps(best + g * kTileM, low);
       }
+      if (mine.size() > most) gave_up.store(true, std::memory_order_relaxed);
     }
   }
+  if (gave_up) return {rows_argmax_linear(x, w), counts.fill_(v_size)};
 
   // the rows' best lower bounds over the threads; then each row's surviving columns, in column order
   std::vector<std::vector<int32_t>> survivors(static_cast<size_t>(m_size));
