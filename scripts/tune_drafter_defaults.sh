@@ -4,13 +4,14 @@
 # benchmarks/prompts/other_kinds.jsonl. Run on a quiet machine; reports in benchmarks/results/defaults/.
 #   tune   MT-Bench (never the held-out kinds), B=1, greedy, 128 tokens: Medusa's small trees and DFlash's
 #          draft lengths and thresholds (the settings no earlier run had measured on all 8 categories)
-#   check  the bare configs (the stored settings) beside the best configurations measured on the other kinds
+#   auto   MT-Bench: each stored shape with "num_speculative_tokens": "auto" against its fixed length
+#   check  the bare configs (the stored settings) beside fixed lengths on the other kinds (scripts/check_defaults.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=benchmarks/results/defaults
 MT=../shared/data/eval/mt_bench/question.jsonl
 OTHER=benchmarks/prompts/other_kinds.jsonl
-PARTS=${*:-tune check}
+PARTS=${*:-tune auto check}
 mkdir -p "$OUT"
 has() { [[ " $PARTS " == *" $1 "* ]]; }
 M='"method": "medusa", "model": "gemma-3-270m-medusa"'
@@ -32,28 +33,30 @@ TUNE="[
  {$D16, \"num_speculative_tokens\": 7, \"confidence_threshold\": 0.3},
  {$D16, \"num_speculative_tokens\": 15, \"confidence_threshold\": 0}
 ]"
-E='"method": "eagle3", "model": "gemma-3-270m-eagle3"'
 T='"method": "mtp", "model": "gemma-3-270m-mtp"'
+# the bare configs (Medusa, MTP and DFlash store "auto" with their tuned shape) beside fixed lengths
 CHECK="[
- {$E},
- {$E, \"num_speculative_tokens\": 6, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 8, \"confidence_threshold\": 0.3},
- {$M},
- {$M, \"tree_top_k\": null, \"tree_num_draft_tokens\": 8},
- {$M, \"tree_top_k\": 6, \"tree_num_draft_tokens\": 16},
- {$M, \"tree_top_k\": null, \"tree_num_draft_tokens\": 16},
- {$T},
- {$T, \"num_speculative_tokens\": 6, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 8, \"confidence_threshold\": 0.2},
- {$D8},
- {$D8, \"num_speculative_tokens\": 7, \"confidence_threshold\": 0},
- {$D16},
- {$D16, \"num_speculative_tokens\": 7, \"confidence_threshold\": 0},
- {$D16, \"num_speculative_tokens\": 15, \"confidence_threshold\": 0}
+ {$M}, {$M, \"num_speculative_tokens\": 4}, {$M, \"tree_top_k\": null, \"tree_num_draft_tokens\": 8, \"num_speculative_tokens\": 4},
+ {$T}, {$T, \"num_speculative_tokens\": 6}, {$T, \"num_speculative_tokens\": 6, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 8, \"confidence_threshold\": 0.2},
+ {$D8}, {$D8, \"num_speculative_tokens\": 7},
+ {$D16}, {$D16, \"num_speculative_tokens\": 5}
+]"
+AUTO="[
+ {$M, \"num_speculative_tokens\": 4}, {$M, \"num_speculative_tokens\": \"auto\"},
+ {$D8, \"num_speculative_tokens\": 7}, {$D8, \"num_speculative_tokens\": \"auto\"},
+ {$D16, \"num_speculative_tokens\": 5}, {$D16, \"num_speculative_tokens\": \"auto\"},
+ {$T, \"num_speculative_tokens\": 6}, {$T, \"num_speculative_tokens\": \"auto\"}
 ]"
 if has tune; then
   .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$TUNE" --no-progress \
     --output "$OUT/tune-mt_bench.json" | tee "$OUT/tune-mt_bench.txt"
 fi
+if has auto; then
+  .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$AUTO" --no-progress \
+    --output "$OUT/auto-mt_bench.json" | tee "$OUT/auto-mt_bench.txt"
+fi
 if has check; then
   .venv/bin/specdec bench --prompts "$OTHER" --per-category 3 --speculative-config "$CHECK" --no-progress \
     --output "$OUT/check-other_kinds.json" | tee "$OUT/check-other_kinds.txt"
+  .venv/bin/python scripts/check_defaults.py "$OUT/check-other_kinds.json"
 fi

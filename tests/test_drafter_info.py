@@ -52,7 +52,8 @@ def test_info_as_json(capsys):
     info = json.loads(capsys.readouterr().out)
     assert info["method"] == "mtp" and info["sizes"]["MTP modules"] == 1
     assert info["default_proposal_method"] == "greedy"
-    assert info["effective_config"]["num_speculative_tokens"] == 6
+    assert info["effective_config"]["num_speculative_tokens"] == "auto"  # stored: "auto", at most 6
+    assert info["effective_config"]["max_num_speculative_tokens"] == 6
     assert info["effective_config"]["confidence_threshold"] == 0.4
     assert info["tuning"]["candidates"][0]["speedup"] == 1.9903
     assert info["weights"]["parameters"] > 0

@@ -67,6 +67,27 @@ def test_auto_takes_the_stored_length_as_its_cap():
     assert out["max_num_speculative_tokens"] == 3 and out["confidence_threshold"] == 0.45
 
 
+def test_a_stored_auto_runs_auto_with_its_stored_cap_unless_the_user_fixes_a_length(tmp_path):
+    auto = {"proposal_type": "greedy", "speculative_tokens": 5,
+            "specdec_options": {"num_speculative_tokens": "auto", "max_num_speculative_tokens": 5,
+                                "confidence_threshold": 0.3}}
+    drafter = _drafter(tmp_path, "dflash", [auto])
+    config = SpeculativeConfig.from_dict({"method": "dflash", "model": drafter})
+    assert config.auto and config.num_speculative_tokens == 5 and config.options.confidence_threshold == 0.3
+    assert _resolve(method="dflash", model=drafter, num_speculative_tokens="auto")["max_num_speculative_tokens"] == 5
+    out = _resolve(method="dflash", model=drafter, num_speculative_tokens="auto", max_num_speculative_tokens=2)
+    assert out["max_num_speculative_tokens"] == 2
+    fixed = SpeculativeConfig.from_dict({"method": "dflash", "model": drafter, "num_speculative_tokens": 3})
+    assert not fixed.auto and fixed.num_speculative_tokens == 3 and fixed.options.confidence_threshold == 0.3
+    by_size = SpeculativeConfig.from_dict({"method": "dflash", "model": drafter,
+                                           "num_speculative_tokens_by_batch_size": [[1, 4, 2]]})
+    assert not by_size.auto and by_size.by_batch_size == ((1, 4, 2),)
+    # the shipped drafters whose every fixed length can lose on some CPUs store "auto"
+    assert SpeculativeConfig.from_dict({"method": "medusa", "model": "gemma-3-270m-medusa"}).auto
+    assert not SpeculativeConfig.from_dict({"method": "medusa", "model": "gemma-3-270m-medusa",
+                                            "tree_top_k": None}).auto  # another shape: no stored entry
+
+
 def test_medusa_fixed_choices_are_not_mixed_with_a_stored_grown_tree():
     assert _resolve(method="medusa", model="gemma-3-270m-medusa")["tree_top_k"] == 4
     out = _resolve(method="medusa", model="gemma-3-270m-medusa", medusa_choices=[[0], [1], [0, 0]])

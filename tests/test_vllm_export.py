@@ -68,7 +68,8 @@ def test_eagle3_export_stores_the_draft_vocab_head_and_specdec_still_loads_it(zo
 @pytest.mark.parametrize("kind,arch,expected", [
     ("eagle3", "Gemma3ForCausalLM", NO_EAGLE3_INTERFACE),
     ("dflash", "Gemma3ForCausalLM", NO_EAGLE3_INTERFACE),
-    ("dflash", "LlamaForCausalLM", "has not been matched"),
+    ("dflash", "LlamaForCausalLM", None),
+    ("dflash", "Qwen3ForCausalLM", None),
     ("mtp", "LlamaForCausalLM", "no loader for a standalone MTP drafter"),
     ("eagle3", "LlamaForCausalLM", None),
     ("eagle3", "Qwen3ForCausalLM", None),

@@ -27,16 +27,17 @@ def run_mode(target: LoadedModel, config: dict[str, Any] | None, prompts: list[l
     llm = LLM(loaded=target, speculative_config=config)
     params = SamplingParams(temperature=0.0, max_tokens=max_tokens)
     llm.generate({"prompt_token_ids": prompts[0]}, SamplingParams(temperature=0.0, max_tokens=8))  # warm-up
-    total, token_ids = SpecDecodingStats(), []
+    total, token_ids, per_prompt = SpecDecodingStats(), [], []
     start = time.perf_counter()
     for ids in prompts:
         out = llm.generate({"prompt_token_ids": ids}, params)[0]
         token_ids.append(list(out.outputs[0].token_ids))
         total.merge(out.spec_decoding_stats)
+        per_prompt.append(out.spec_decoding_stats)
     seconds = time.perf_counter() - start
     tokens = sum(len(t) for t in token_ids)
     return {"config": config, "seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds,
-            "token_ids": token_ids, "stats": total.to_dict()}
+            "token_ids": token_ids, "stats": total.to_dict(), "per_prompt": [s.to_dict() for s in per_prompt]}
 
 
 def divergences(target: LoadedModel, prompts: list[list[int]], ours: list[list[int]],

@@ -3,9 +3,10 @@
     python vllm_modes.py --job job.json --mode NAME --output result.json
 
 `job.json`: {"model", "prompt_token_ids", "max_tokens", "vllm_modes": {name: speculative config or null},
-"max_model_len", optional "ignore_eos"}. Prompts are decoded one request at a time, greedy, bf16, after one untimed warm-up, with
+"max_model_len", optional "ignore_eos", optional "llm_kwargs": {name: extra `LLM(...)` keywords}}. Prompts are decoded one request at a time, greedy, bf16, after one untimed warm-up, with
 prefix caching off (the warm-up must not make later prefills free). vLLM's spec-decode counters are read
-before and after the timed run, so the warm-up's drafts are not counted.
+around each prompt, so the warm-up's drafts are not counted and every prompt has its own counts
+(`per_prompt`): acceptance can then be compared on the prompts both engines decode identically.
 """
 
 from __future__ import annotations
@@ -50,18 +51,24 @@ def run(job: dict[str, Any], mode: str) -> dict[str, Any]:
                                   disable_log_stats=False)
     if config is not None:
         kwargs["speculative_config"] = config
+    kwargs.update(job.get("llm_kwargs", {}).get(mode, {}))
     llm = LLM(**kwargs)
     prompts = [{"prompt_token_ids": ids} for ids in job["prompt_token_ids"]]
     llm.generate(prompts[:1], SamplingParams(temperature=0.0, max_tokens=8), use_tqdm=False)  # warm-up
-    before = spec_counters(llm)
     params = SamplingParams(temperature=0.0, max_tokens=job["max_tokens"], ignore_eos=job.get("ignore_eos", False))
-    start = time.perf_counter()
-    outputs = [llm.generate([p], params, use_tqdm=False)[0] for p in prompts]
-    seconds = time.perf_counter() - start
-    token_ids = [list(o.outputs[0].token_ids) for o in outputs]
+    first = before = spec_counters(llm)
+    token_ids, per_prompt, seconds = [], [], 0.0
+    for p in prompts:
+        start = time.perf_counter()
+        out = llm.generate([p], params, use_tqdm=False)[0]
+        seconds += time.perf_counter() - start  # the counters are read outside the timed part
+        token_ids.append(list(out.outputs[0].token_ids))
+        after = spec_counters(llm)
+        per_prompt.append(counter_delta(before, after))
+        before = after
     tokens = sum(len(t) for t in token_ids)
     return {"config": config, "seconds": seconds, "tokens": tokens, "tok_per_s": tokens / seconds,
-            "token_ids": token_ids, "spec_decode": counter_delta(before, spec_counters(llm))}
+            "token_ids": token_ids, "spec_decode": counter_delta(first, before), "per_prompt": per_prompt}
 
 
 def main() -> None:

@@ -1,14 +1,18 @@
 """DFlash drafter <-> directory in the vLLM `speculators` dflash layout (config.json + model.safetensors).
 
-`aux_hidden_state_layer_ids` are in DFlash's convention: the outputs of those target layers
-(`hidden_states[id + 1]` in transformers, vLLM's `dflash_config.target_layer_ids`), not the residual stream
-entering them as in EAGLE-3's `eagle_aux_hidden_state_layer_ids`.
+The aux layer ids have two conventions. speculators and vLLM name the residual stream entering layer id
+(the output of layer id - 1; vLLM derives `dflash_config.target_layer_ids = id - 1`). We store the
+outputs of those layers (DFlash's own `target_layer_ids`, transformers' `hidden_states[id + 1]`) and mark
+it with `specdec.aux_layers_are_outputs`; a config without that key is a speculators/vLLM checkpoint and
+its ids are read minus one. `dflash_vllm.py` writes ours in their convention.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+import torch
 
 from specdec.drafting.dflash_model import DFlashConfig, DFlashDrafter
 from specdec.drafting.drafter_format import (
@@ -21,6 +25,8 @@ from specdec.drafting.drafter_format import (
 
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel
+
+AUX_MARKER = "aux_layers_are_outputs"  # in the `specdec` block: the aux ids are layer outputs (ours)
 
 
 def dflash_config_json(c: DFlashConfig, target: LoadedModel, extra: dict | None = None) -> dict[str, Any]:
@@ -71,8 +77,15 @@ def dflash_config_json(c: DFlashConfig, target: LoadedModel, extra: dict | None 
         # shared, not stored here
         "specdec": {"shares_target_embedding": True, "shares_target_lm_head": True,
                     "input_embedding_scale": embed_scale or 1.0,
-                    "aux_layers_are_outputs": "hidden_states[id + 1]", **(extra or {})},
+                    AUX_MARKER: "hidden_states[id + 1]", **(extra or {})},
     }
+
+
+def aux_layer_outputs(config: dict[str, Any]) -> list[int]:
+    """The target layers whose outputs a saved DFlash config reads (our convention), from ours or from a
+    speculators/vLLM checkpoint (see the module note)."""
+    ids = [int(i) for i in config["aux_hidden_state_layer_ids"]]
+    return ids if AUX_MARKER in config.get("specdec", {}) else [i - 1 for i in ids]
 
 
 def save_dflash(directory: Path, drafter: DFlashDrafter, target: LoadedModel, extra: dict | None = None) -> None:
@@ -87,6 +100,9 @@ def load_dflash(directory: str | Path, target: LoadedModel) -> tuple[DFlashDraft
     layer = config["transformer_layer_config"]
     if config.get("mask_token_id") is None:
         raise ValueError(f"{directory}: the DFlash config has no mask_token_id")
+    if AUX_MARKER not in config.get("specdec", {}) and _causal_or_sliding(config, layer):
+        raise ValueError(f"{directory}: its draft layers attend causally or over a sliding window (as vLLM reads "
+                         "the config); specdec's DFlash block attends to itself bidirectionally, over full attention")
     c = DFlashConfig(
         hidden_size=layer["hidden_size"],
         intermediate_size=layer["intermediate_size"],
@@ -99,12 +115,27 @@ def load_dflash(directory: str | Path, target: LoadedModel) -> tuple[DFlashDraft
         target_hidden_size=config.get("target_hidden_size") or layer["hidden_size"],
         block_size=config["block_size"],
         mask_token_id=config["mask_token_id"],
-        aux_layer_ids=list(config["aux_hidden_state_layer_ids"]),
+        aux_layer_ids=aux_layer_outputs(config),
         rms_norm_eps=layer["rms_norm_eps"],
-        rope_theta=layer.get("rope_theta", 10000.0),
+        rope_theta=layer.get("rope_theta") or (layer.get("rope_parameters") or {}).get("rope_theta", 10000.0),
         max_position_embeddings=layer.get("max_position_embeddings", 32768),
     )
     drafter = DFlashDrafter(c)
     tensors = {k: v for k, v in tensors.items() if k not in ("embed_tokens.weight", "lm_head.weight")}
+    if "t2d" not in tensors:  # speculators/vLLM: no t2d, and no d2t either for a full draft vocabulary
+        if "d2t" not in tensors and c.draft_vocab_size != c.vocab_size:
+            raise ValueError(f"{directory}: a draft vocabulary of {c.draft_vocab_size} tokens without its d2t map")
+        d2t = tensors.setdefault("d2t", torch.zeros(c.draft_vocab_size, dtype=torch.long))
+        ids = torch.arange(d2t.numel()) + d2t
+        tensors["t2d"] = torch.zeros(c.vocab_size, dtype=torch.bool).index_fill_(0, ids, True)
     drafter.load_state_dict(tensors)
     return drafter, config
+
+
+def _causal_or_sliding(config: dict[str, Any], layer: dict[str, Any]) -> bool:
+    """Whether vLLM runs this DFlash config's draft layers causally or windowed (`qwen3_dflash.py`: the layer
+    config's `is_causal`, else `not sliding_window_non_causal`, default non-causal)."""
+    causal = layer.get("is_causal")
+    if causal is None:
+        causal = not config.get("sliding_window_non_causal", True)
+    return bool(causal) or "sliding_attention" in (layer.get("layer_types") or [])

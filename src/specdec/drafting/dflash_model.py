@@ -45,7 +45,8 @@ class DFlashConfig:
     block_size: int
     mask_token_id: int
     # DFlash convention: the OUTPUTS of these target layers, i.e. our runtime's hidden[id + 1] (hidden[i] is
-    # the residual stream entering layer i). EAGLE-3's aux ids are runtime indices; never mix the two.
+    # the residual stream entering layer i). EAGLE-3's aux ids and speculators/vLLM's DFlash ids are runtime
+    # indices (dflash_format.py converts); never mix the two.
     aux_layer_ids: list[int] = field(default_factory=list)
     rms_norm_eps: float = 1e-6
     rope_theta: float = 10000.0

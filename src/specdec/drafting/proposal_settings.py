@@ -7,6 +7,9 @@ Each `proposal_methods` entry keeps speculators' own fields (`greedy`: a chain o
 field for (`confidence_threshold`). Without `specdec_options` the keys are derived from speculators' fields,
 so a drafter written by another tool still gives its draft length.
 
+An entry may store `"num_speculative_tokens": "auto"` with its cap `max_num_speculative_tokens` (the
+draft-length policy keys, `speculative_config.py`): a config that sets no draft length then runs "auto".
+
 The rule: keys the user gave win; every other key of the chosen entry is filled in. The chosen entry is the
 default one, unless the user fixed the draft's shape (`tree_top_k`, `medusa_choices`) to another shape; then
 the first stored entry of the user's shape, or none. So `{"method": "eagle3", "model": M}` runs M's stored
@@ -91,6 +94,23 @@ def choose_entry(method: str, options_class: type, user: dict[str, Any],
     return None
 
 
+SCHEDULE_KEYS = ("num_speculative_tokens", "max_num_speculative_tokens", "num_speculative_tokens_by_batch_size")
+
+
+def stored_schedule(method: str, options_class: type, user: dict[str, Any]) -> dict[str, Any]:
+    """`"num_speculative_tokens": "auto"` and its stored cap, when the drafter `user` names stores "auto"
+    for the entry that fills `user` and the user set no fixed draft length or schedule; else {}."""
+    if isinstance(user.get("num_speculative_tokens"), int) or "num_speculative_tokens_by_batch_size" in user:
+        return {}
+    found = read_drafter_config(user.get("model"), method)
+    entry = choose_entry(method, options_class, user, *stored_entries(found[1])) if found else None
+    stored = entry_options(entry) if entry else {}
+    if stored.get("num_speculative_tokens") != "auto":
+        return {}
+    cap = stored.get("max_num_speculative_tokens")
+    return {"num_speculative_tokens": "auto", **({"max_num_speculative_tokens": cap} if cap is not None else {})}
+
+
 def drafter_defaults(method: str, options_class: type, user: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
     """The keys to add to the user's config (`user`: its method keys, schedule keys already taken off) from
     the drafter it names, and that drafter's config path. Raises ValueError when the stored keys are not
@@ -103,6 +123,8 @@ def drafter_defaults(method: str, options_class: type, user: dict[str, Any]) -> 
     if entry is None:
         return {}, path
     stored = entry_options(entry)
+    if stored.get("num_speculative_tokens") == "auto":  # the schedule, taken by stored_schedule
+        stored = {k: v for k, v in stored.items() if k not in SCHEDULE_KEYS}
     fields = {f.name for f in dataclasses.fields(options_class)}
     unknown = sorted(set(stored) - fields)
     if unknown:

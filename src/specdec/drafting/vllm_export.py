@@ -6,8 +6,9 @@ What vLLM 0.32 can run, read from its source:
   on targets whose vLLM class returns auxiliary hidden states (implements `SupportsEagle3`); for any
   other, its model runner stops with "Model does not support EAGLE3 interface but
   aux_hidden_state_outputs was requested". Gemma 3 is one of those.
-- DFlash: needs the same auxiliary hidden states, so the same targets; vLLM's DFlash draft is a Qwen3
-  block stack (`qwen3_dflash.py`) whose layout ours has not been matched against, so it is refused.
+- DFlash: needs the same auxiliary hidden states, so the same targets. vLLM's DFlash draft is a Qwen3
+  block stack (`qwen3_dflash.py`) with our weight names; the export states the aux layers in its
+  convention, the block non-causal, the RoPE, and the draft vocabulary's LM head (`dflash_vllm.py`).
 - MTP: vLLM reads speculators configs of types eagle3, peagle, dflash, dflash2 and dspark only; its "mtp"
   method runs the MTP layers that some model families ship in their own checkpoints (DeepSeek-V3,
   Qwen3-Next, Gemma 4, ...), none of them a standalone drafter for another target.
@@ -19,6 +20,7 @@ import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from specdec.drafting.dflash_vllm import write_vllm_dflash
 from specdec.drafting.eagle3_vllm import write_vllm_eagle3
 from specdec.drafting.medusa_vllm import is_vllm_medusa, write_vllm_medusa
 
@@ -45,12 +47,8 @@ def refusal(kind: str | None, architectures: list[str]) -> str | None:
                 f"the EAGLE-3 interface (SupportsEagle3) that hands the drafter the target's intermediate hidden "
                 f"states, and vLLM stops with \"{NO_EAGLE3_INTERFACE}\"; of the targets specdec runs natively, vLLM's EAGLE-3 runs on "
                 f"{', '.join(sorted(VLLM_EAGLE3_TARGETS))}")
-    if kind == "eagle3":
+    if kind in ("eagle3", "dflash"):
         return None
-    if kind == "dflash":
-        return ("vLLM 0.32's DFlash draft is a stack of Qwen3 blocks (DFlashQwen3ForCausalLM) with its own weight "
-                "names and mask-token handling; specdec's DFlash layout has not been matched against it, so it is "
-                "not exported")
     if kind == "mtp":
         return ("vLLM 0.32 has no loader for a standalone MTP drafter: it reads speculators configs of types eagle3, "
                 "peagle, dflash, dflash2 and dspark only, and its \"mtp\" method runs the MTP layers that some model "
@@ -80,8 +78,12 @@ def export_for_vllm(source: Path, target: LoadedModel, target_folder: str, outpu
         raise ExportRefused(reason)
     if target.decoder is None:
         raise ExportRefused("export-vllm needs the target's native runtime (its LM head)")
-    if kind == "eagle3":
-        return write_vllm_eagle3(source, target, target_folder, output)
+    writers = {"eagle3": write_vllm_eagle3, "dflash": write_vllm_dflash}
+    if kind in writers:
+        try:
+            return writers[kind](source, target, target_folder, output)
+        except ValueError as exc:
+            raise ExportRefused(str(exc)) from exc
     heads, saved = load_medusa(source, target)
     head = target.decoder.head_weight()
     heads.attach_target(head)

@@ -274,8 +274,8 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     shrink.add_argument("--output", required=True, help="the new drafter directory")
     shrink.set_defaults(func=cmd_drafter_shrink_vocab)
     export = drafter_sub.add_parser(
-        "export-vllm", help="write a drafter as vLLM 0.32 loads it (Medusa: vLLM's layout; EAGLE-3: speculators "
-                            "layout with its LM head rows), or say why vLLM cannot run it")
+        "export-vllm", help="write a drafter as vLLM 0.32 loads it (Medusa: vLLM's layout; EAGLE-3, DFlash: "
+                            "speculators layout with its LM head rows), or say why vLLM cannot run it")
     export.add_argument("drafter", help="drafter directory or shipped name")
     export.add_argument("--target", default=DEFAULT_MODEL, help="the target it was trained for (its LM head rows are stored)")
     export.add_argument("--output", required=True, help="the new checkpoint directory")
