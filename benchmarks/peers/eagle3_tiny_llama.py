@@ -15,8 +15,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -45,15 +48,20 @@ def byte_tokenizer():
     return PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", pad_token="<pad>")
 
 
-def build_target(folder: Path) -> None:
-    """hidden 256, 4 heads of 64 (a head size vLLM's CPU attention takes), 4 layers, 272 tokens."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def build_target(folder: Path, family: str = "llama") -> None:
+    """hidden 256, 4 heads of 64 (a head size vLLM's CPU attention takes), 4 layers, 272 tokens; a Llama, or
+    a Qwen3 (`family="qwen3"`, for vLLM's DFlash)."""
+    import transformers
 
+    config_class, model_class, extra = {
+        "llama": (transformers.LlamaConfig, transformers.LlamaForCausalLM, {}),
+        "qwen3": (transformers.Qwen3Config, transformers.Qwen3ForCausalLM, {"head_dim": 64}),
+    }[family]
     torch.manual_seed(0)
-    config = LlamaConfig(vocab_size=272, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
-                         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
-                         bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False)
-    model = LlamaForCausalLM(config)
+    config = config_class(vocab_size=272, hidden_size=256, intermediate_size=512, num_hidden_layers=4,
+                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=1024,
+                          bos_token_id=1, eos_token_id=2, pad_token_id=0, tie_word_embeddings=False, **extra)
+    model = model_class(config)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if "norm" not in name:
@@ -83,15 +91,21 @@ def decode(target, config: dict | None, prompts: list[list[int]], max_tokens: in
             "stats": stats.to_dict()}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+Train = Callable[[Any, list[Sample], Path, TrainSettings], dict]
+
+
+def train_export_decode(method: str, family: str, train: Train, spec: dict[str, Any]) -> None:
+    """The whole specdec side for `method`: build the target, train a drafter on its greedy responses with
+    `train(target, samples, drafter_dir, settings)`, export it, decode plain and with the export (`spec`:
+    the speculative_config keys beyond method, model and K) and write WORK/specdec.json."""
+    ap = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").split("\n\n")[0])
     ap.add_argument("--work", type=Path, required=True)
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48)
     ap.add_argument("--train-steps", type=int, default=60)
     args = ap.parse_args()
-    folder, drafter, export = args.work / "target", args.work / "eagle3", args.work / "eagle3-vllm"
-    build_target(folder)
+    folder, drafter, export = args.work / "target", args.work / method, args.work / f"{method}-vllm"
+    build_target(folder, family)
     target = load_model(str(folder), dtype="bfloat16")
     writer = LLM(loaded=target)
     greedy = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
@@ -99,18 +113,25 @@ def main() -> None:
                for i, p in enumerate(random_prompts(64, 12, seed=1))]
     settings = TrainSettings(max_steps=args.train_steps, tokens_per_step=256, lr=1e-2, warmup_steps=5,
                              val_fraction=0.1, checkpoint_every=args.train_steps)
-    report = train_eagle3(target, samples, drafter, settings,
-                          Eagle3TrainOptions(draft_vocab_size=DRAFT_VOCAB, ttt_steps=3, num_speculative_tokens=K),
-                          progress=False, overwrite=True)
+    report = train(target, samples, drafter, settings)
     export_for_vllm(drafter, target, str(folder), export)
     prompts = random_prompts(args.prompts, 16, seed=7)  # not the training prompts
+    config = {"method": method, "model": str(export), "num_speculative_tokens": K, **spec}
     result = {"target": str(folder), "export": str(export), "k": K, "prompt_token_ids": prompts,
               "max_tokens": args.max_tokens, "validation": report.get("validation", {}),
               "modes": {"plain": decode(target, None, prompts, args.max_tokens),
-                        "eagle3": decode(target, {"method": "eagle3", "model": str(export), "num_speculative_tokens": K,
-                                                  "context_vocab": False}, prompts, args.max_tokens)}}
+                        method: decode(target, config, prompts, args.max_tokens)}}
     (args.work / "specdec.json").write_text(json.dumps(result, indent=1))
-    print(json.dumps(result["modes"]["eagle3"]["stats"]))
+    print(json.dumps(result["modes"][method]["stats"]))
+
+
+def main() -> None:
+    def train(target: Any, samples: list[Sample], drafter: Path, settings: TrainSettings) -> dict:
+        return train_eagle3(target, samples, drafter, settings,
+                            Eagle3TrainOptions(draft_vocab_size=DRAFT_VOCAB, ttt_steps=3, num_speculative_tokens=K),
+                            progress=False, overwrite=True)
+
+    train_export_decode("eagle3", "llama", train, {"context_vocab": False})
 
 
 if __name__ == "__main__":

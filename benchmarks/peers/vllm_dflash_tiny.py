@@ -11,62 +11,19 @@ accepted / drafted tokens.
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-sys.path.insert(0, str(HERE))
-from vllm_eagle3_tiny import figures  # noqa: E402
-from vllm_interop import run_vllm  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_eagle3_tiny import compare  # noqa: E402
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "specdec-vllm-dflash-tiny")
-    ap.add_argument("--project-python", default=str(ROOT / ".venv/bin/python"))
-    ap.add_argument("--prompts", type=int, default=8)
-    ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--reuse", action="store_true", help="keep WORK/specdec.json from an earlier run")
-    args = ap.parse_args()
-    args.work.mkdir(parents=True, exist_ok=True)
-    ours_path = args.work / "specdec.json"
-    if not (args.reuse and ours_path.exists()):
-        subprocess.run([args.project_python, str(HERE / "dflash_tiny_qwen3.py"), "--work", str(args.work),
-                        "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens)], check=True, cwd=ROOT)
-    ours = json.loads(ours_path.read_text())
-    spec = {"method": "dflash", "model": ours["export"], "num_speculative_tokens": ours["k"]}
-    job = {"model": ours["target"], "prompt_token_ids": ours["prompt_token_ids"], "max_tokens": ours["max_tokens"],
-           "max_model_len": 256, "vllm_modes": {"plain": None, "dflash": spec}, "ignore_eos": True}
-    job_path = args.work / "job.json"
-    job_path.write_text(json.dumps(job))
-    theirs = {mode: run_vllm(job_path, mode, args.work) for mode in ("plain", "dflash")}
-
-    n = len(ours["prompt_token_ids"])
-    our_plain, our_spec = ours["modes"]["plain"]["token_ids"], ours["modes"]["dflash"]["token_ids"]
-    s = ours["modes"]["dflash"]["stats"]
-    config = json.loads((Path(ours["export"]) / "config.json").read_text())
-    print(f"tiny Qwen3 target, DFlash drafter (block {config['block_size']}, draft vocabulary "
-          f"{config['draft_vocab_size']}), K={ours['k']}, {n} prompts, {ours['max_tokens']} new tokens, greedy, bf16")
-    print(f"specdec: identical to its plain {sum(a == b for a, b in zip(our_spec, our_plain))}/{n}; "
-          + figures(s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"], s["accepted_per_position"]))
-    for mode, r in theirs.items():
-        if "error" in r:
-            print(f"vLLM {mode}: ERROR {r['error']}\n   root cause: {r['root_cause']}")
-    if all("error" not in r for r in theirs.values()):
-        v, vp = theirs["dflash"], theirs["plain"]
-        c = v["spec_decode"]
-        print(f"vLLM:    identical to its plain {sum(a == b for a, b in zip(v['token_ids'], vp['token_ids']))}/{n}, "
-              f"plain identical to specdec plain {sum(a == b for a, b in zip(vp['token_ids'], our_plain))}/{n}; "
-              + figures(c["num_drafts"], c["num_draft_tokens"], c["num_accepted_tokens"],
-                        c.get("num_accepted_tokens_per_pos", [])))
-    (args.work / "report.json").write_text(json.dumps({"specdec": ours, "vllm": theirs}, indent=1))
-    return 0 if all("error" not in r for r in theirs.values()) else 1
+    return compare("dflash", "dflash_tiny_qwen3.py", lambda ours, config: (
+        f"tiny Qwen3 target, DFlash drafter (block {config['block_size']}, draft vocabulary "
+        f"{config['draft_vocab_size']}), K={ours['k']}, {len(ours['prompt_token_ids'])} prompts, "
+        f"{ours['max_tokens']} new tokens, greedy, bf16"))
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -29,9 +30,11 @@ def figures(drafts: int, draft_tokens: int, accepted: int, per_pos: list[int]) -
             f"accepted per position {per_pos}")
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / "specdec-vllm-eagle3-tiny")
+def compare(method: str, project_script: str, describe: Callable[[dict, dict], str]) -> int:
+    """Runs `project_script` (the specdec side, project python), then vLLM plain and with the export of
+    `method` on the same prompts, and prints both; `describe(ours, export_config)` is the heading."""
+    ap = argparse.ArgumentParser(description=(sys.modules["__main__"].__doc__ or "").split("\n\n")[0])
+    ap.add_argument("--work", type=Path, default=Path(tempfile.gettempdir()) / f"specdec-vllm-{method}-tiny")
     ap.add_argument("--project-python", default=str(ROOT / ".venv/bin/python"))
     ap.add_argument("--prompts", type=int, default=8)
     ap.add_argument("--max-tokens", type=int, default=48)
@@ -40,29 +43,27 @@ def main() -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     ours_path = args.work / "specdec.json"
     if not (args.reuse and ours_path.exists()):
-        subprocess.run([args.project_python, str(HERE / "eagle3_tiny_llama.py"), "--work", str(args.work),
+        subprocess.run([args.project_python, str(HERE / project_script), "--work", str(args.work),
                         "--prompts", str(args.prompts), "--max-tokens", str(args.max_tokens)], check=True, cwd=ROOT)
     ours = json.loads(ours_path.read_text())
-    spec = {"method": "eagle3", "model": ours["export"], "num_speculative_tokens": ours["k"]}
+    spec = {"method": method, "model": ours["export"], "num_speculative_tokens": ours["k"]}
     job = {"model": ours["target"], "prompt_token_ids": ours["prompt_token_ids"], "max_tokens": ours["max_tokens"],
-           "max_model_len": 256, "vllm_modes": {"plain": None, "eagle3": spec}, "ignore_eos": True}
+           "max_model_len": 256, "vllm_modes": {"plain": None, method: spec}, "ignore_eos": True}
     job_path = args.work / "job.json"
     job_path.write_text(json.dumps(job))
-    theirs = {mode: run_vllm(job_path, mode, args.work) for mode in ("plain", "eagle3")}
+    theirs = {mode: run_vllm(job_path, mode, args.work) for mode in ("plain", method)}
 
     n = len(ours["prompt_token_ids"])
-    our_plain, our_spec = ours["modes"]["plain"]["token_ids"], ours["modes"]["eagle3"]["token_ids"]
-    s = ours["modes"]["eagle3"]["stats"]
-    vocab = json.loads((Path(ours["export"]) / "config.json").read_text())["draft_vocab_size"]
-    print(f"tiny Llama target, EAGLE-3 drafter (draft vocabulary {vocab}), K={ours['k']}, {n} prompts, "
-          f"{ours['max_tokens']} new tokens, greedy, bf16")
+    our_plain, our_spec = ours["modes"]["plain"]["token_ids"], ours["modes"][method]["token_ids"]
+    s = ours["modes"][method]["stats"]
+    print(describe(ours, json.loads((Path(ours["export"]) / "config.json").read_text())))
     print(f"specdec: identical to its plain {sum(a == b for a, b in zip(our_spec, our_plain))}/{n}; "
           + figures(s["num_drafts"], s["num_draft_tokens"], s["num_accepted_tokens"], s["accepted_per_position"]))
     for mode, r in theirs.items():
         if "error" in r:
             print(f"vLLM {mode}: ERROR {r['error']}\n   root cause: {r['root_cause']}")
     if all("error" not in r for r in theirs.values()):
-        v, vp = theirs["eagle3"], theirs["plain"]
+        v, vp = theirs[method], theirs["plain"]
         c = v["spec_decode"]
         print(f"vLLM:    identical to its plain {sum(a == b for a, b in zip(v['token_ids'], vp['token_ids']))}/{n}, "
               f"plain identical to specdec plain {sum(a == b for a, b in zip(vp['token_ids'], our_plain))}/{n}; "
@@ -70,6 +71,12 @@ def main() -> int:
                         c.get("num_accepted_tokens_per_pos", [])))
     (args.work / "report.json").write_text(json.dumps({"specdec": ours, "vllm": theirs}, indent=1))
     return 0 if all("error" not in r for r in theirs.values()) else 1
+
+
+def main() -> int:
+    return compare("eagle3", "eagle3_tiny_llama.py", lambda ours, config: (
+        f"tiny Llama target, EAGLE-3 drafter (draft vocabulary {config['draft_vocab_size']}), K={ours['k']}, "
+        f"{len(ours['prompt_token_ids'])} prompts, {ours['max_tokens']} new tokens, greedy, bf16"))
 
 
 if __name__ == "__main__":

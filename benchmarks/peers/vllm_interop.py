@@ -28,6 +28,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from itertools import zip_longest
 from pathlib import Path
 from typing import Any
 
@@ -91,12 +92,14 @@ def same(a: list[list[int]], b: list[list[int]]) -> str:
 def same_output_acceptance(theirs: str, v: dict[str, Any], mine: str, o: dict[str, Any]) -> str:
     """Accepted tokens per draft position in both engines, over the prompts they decode to the same text."""
     both = [i for i, (a, b) in enumerate(zip(v["token_ids"], o["token_ids"])) if a == b]
-    vp = [sum(x) for x in zip(*(v["per_prompt"][i].get("num_accepted_tokens_per_pos", [0]) for i in both))]
-    op = [sum(x) for x in zip(*(o["per_prompt"][i]["accepted_per_position"] + [0] * MEDUSA_HEADS for i in both))]
+    # per-position lists differ in length between prompts (a prompt that never reached position 5)
+    vp = [sum(x) for x in zip_longest(*(v["per_prompt"][i].get("num_accepted_tokens_per_pos", []) for i in both),
+                                      fillvalue=0)]
+    op = [sum(x) for x in zip_longest(*(o["per_prompt"][i]["accepted_per_position"] for i in both), fillvalue=0)]
     drafts = (sum(v["per_prompt"][i].get("num_drafts", 0) for i in both),
               sum(o["per_prompt"][i]["num_drafts"] for i in both))
     return (f"same text in both ({len(both)}/{len(v['token_ids'])} prompts): accepted per position vLLM {theirs} "
-            f"{vp} in {drafts[0]} drafts, specdec {mine} {op[:len(vp)]} in {drafts[1]} drafts")
+            f"{vp} in {drafts[0]} drafts, specdec {mine} {op} in {drafts[1]} drafts")
 
 
 def report(vllm: dict[str, Any], ours: dict[str, Any], n: int) -> list[str]:

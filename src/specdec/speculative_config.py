@@ -30,7 +30,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from specdec.drafting.proposal_settings import drafter_defaults, stored_schedule
+from specdec.drafting.proposal_settings import drafter_defaults, stored_entry, stored_schedule
 from specdec.drafting.registry import available_methods, get_method
 
 
@@ -96,9 +96,10 @@ class SpeculativeConfig:
             if method == "ngram":
                 data.pop("model")
         proposer = get_method(method)
-        data = {**stored_schedule(method, proposer.Options, data), **data}  # a drafter that stores "auto"
+        entry, source = stored_entry(method, proposer.Options, data)  # the drafter's config, read once
+        data = {**stored_schedule(entry, data), **data}  # a drafter that stores "auto"
         auto, by_batch_size = _schedule(data, proposer.Options)
-        stored, source = drafter_defaults(method, proposer.Options, data)
+        stored = drafter_defaults(method, proposer.Options, data, entry, source)
         try:
             options = parse_options(proposer.Options, {**data, **stored}, method)
         except ValueError as exc:

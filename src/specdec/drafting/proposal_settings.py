@@ -97,13 +97,21 @@ def choose_entry(method: str, options_class: type, user: dict[str, Any],
 SCHEDULE_KEYS = ("num_speculative_tokens", "max_num_speculative_tokens", "num_speculative_tokens_by_batch_size")
 
 
-def stored_schedule(method: str, options_class: type, user: dict[str, Any]) -> dict[str, Any]:
-    """`"num_speculative_tokens": "auto"` and its stored cap, when the drafter `user` names stores "auto"
-    for the entry that fills `user` and the user set no fixed draft length or schedule; else {}."""
+def stored_entry(method: str, options_class: type, user: dict[str, Any]) -> tuple[dict[str, Any] | None, Path | None]:
+    """The stored entry that fills `user` (see the module's rule) and the config path of the drafter `user`
+    names; (None, path) when no entry fits, (None, None) when `user` names no speculators drafter of `method`."""
+    found = read_drafter_config(user.get("model"), method)
+    if found is None:
+        return None, None
+    path, config = found
+    return choose_entry(method, options_class, user, *stored_entries(config)), path
+
+
+def stored_schedule(entry: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:
+    """`"num_speculative_tokens": "auto"` and its stored cap, when `entry` stores "auto" and the user set no
+    fixed draft length or schedule; else {}."""
     if isinstance(user.get("num_speculative_tokens"), int) or "num_speculative_tokens_by_batch_size" in user:
         return {}
-    found = read_drafter_config(user.get("model"), method)
-    entry = choose_entry(method, options_class, user, *stored_entries(found[1])) if found else None
     stored = entry_options(entry) if entry else {}
     if stored.get("num_speculative_tokens") != "auto":
         return {}
@@ -111,17 +119,13 @@ def stored_schedule(method: str, options_class: type, user: dict[str, Any]) -> d
     return {"num_speculative_tokens": "auto", **({"max_num_speculative_tokens": cap} if cap is not None else {})}
 
 
-def drafter_defaults(method: str, options_class: type, user: dict[str, Any]) -> tuple[dict[str, Any], Path | None]:
-    """The keys to add to the user's config (`user`: its method keys, schedule keys already taken off) from
-    the drafter it names, and that drafter's config path. Raises ValueError when the stored keys are not
-    options of `method`."""
-    found = read_drafter_config(user.get("model"), method)
-    if found is None:
-        return {}, None
-    path, config = found
-    entry = choose_entry(method, options_class, user, *stored_entries(config))
+def drafter_defaults(method: str, options_class: type, user: dict[str, Any], entry: dict[str, Any] | None,
+                     path: Path | None) -> dict[str, Any]:
+    """The keys `entry` (from `stored_entry`, read from `path`) adds to the user's config (`user`: its method
+    keys, schedule keys already taken off). Raises ValueError when the stored keys are not options of
+    `method`."""
     if entry is None:
-        return {}, path
+        return {}
     stored = entry_options(entry)
     if stored.get("num_speculative_tokens") == "auto":  # the schedule, taken by stored_schedule
         stored = {k: v for k, v in stored.items() if k not in SCHEDULE_KEYS}
@@ -130,4 +134,4 @@ def drafter_defaults(method: str, options_class: type, user: dict[str, Any]) -> 
     if unknown:
         raise ValueError(f"{path}: stored proposal settings {entry.get('proposal_type')!r} have keys that "
                          f"{method!r} does not take: {', '.join(unknown)}")
-    return {k: v for k, v in stored.items() if k not in user and k != "model"}, path
+    return {k: v for k, v in stored.items() if k not in user and k != "model"}
