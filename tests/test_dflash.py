@@ -200,6 +200,26 @@ def test_context_cache_holds_committed_positions_only(zoo, tmp_path):
         torch.testing.assert_close(cv, v, rtol=1e-4, atol=1e-4)
 
 
+
+def test_a_request_never_drafted_costs_no_drafter_work_and_catches_up_later(zoo, tmp_path):
+    """The prompt's context entries wait for the first drafting step: begin and steps without a draft leave the
+    drafter's cache empty, and catch_up_batch then makes the entries one call would, so drafts are the same."""
+    target = zoo.load("llama", "float32")
+    path = make_random_dflash(target, tmp_path / "d", block_size=8)
+    prompt = [1, *range(40, 70)]
+    lazy, eager = (DFlashProposer(DFlashOptions(model=path, num_speculative_tokens=7), target) for _ in range(2))
+    runtime = target.new_runtime()
+    runtime.reset(256)
+    prefill = runtime.prefill(prompt, capture=lazy.target_layers)
+    tokens = [*prompt, int(prefill.logits[-1].argmax())]
+    for p in (lazy, eager):
+        p.begin(prompt, SamplingParams(temperature=0.0), None, 256, prefill)
+    assert lazy.cache.length == 0 and lazy.pending.shape[0] == len(prompt)
+    DFlashProposer.catch_up_batch([eager], [tokens])
+    assert eager.cache.length == len(prompt) and eager.pending is None
+    assert lazy.propose(tokens, 7).tokens == eager.propose(tokens, 7).tokens
+
+
 # -- format ---------------------------------------------------------------------------------------------------
 def test_save_load_round_trip_and_speculators_layout(zoo, tmp_path):
     target = zoo.load("llama")

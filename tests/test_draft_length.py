@@ -106,8 +106,22 @@ def test_auto_probes_past_a_stale_drafting_cost():
     assert policy.choose([fresh, idle], [5, 5]) == [0, 0]
     for _ in range(20 * DRAFT_COST_HALF_LIFE):
         policy.observe_drafting(0.0, 0)
-    assert policy.draft.per_token_ms < 1.0
-    assert policy.choose([fresh, idle], [5, 5]) != [0, 0]
+    assert policy.probe_draft_ms(1) < 1.0
+    assert policy.choose([fresh, idle], [5, 5]) == [0, 1]  # the idle one probes; the estimate itself stands
+    assert policy.draft.per_token_ms == 1000.0
+
+
+def test_auto_drafting_that_does_not_pay_stays_off_between_probes():
+    """A drafter measured to cost more than its kept tokens save is not tried again by every sequence as the
+    steps without a draft go by: only a probe per PROBE_AFTER steps measures it again."""
+    policy = AutoDraftLength(CostCurve([1, 64], [36.0, 400.0]), max_length=2)
+    policy.draft.fixed_ms = 16.0
+    s = history([0.35, 0.1])
+    for step in range(1, 4 * PROBE_AFTER):
+        s.steps_since_allowed = step % PROBE_AFTER or PROBE_AFTER
+        k = policy.choose([s], [2])
+        assert k == ([1] if step % PROBE_AFTER == 0 else [0])
+        policy.observe_drafting(0.016 if k[0] else 0.0, k[0])
 
 
 def test_auto_stops_drafting_where_the_steps_cost_more_than_the_curve_and_the_drafter_say():

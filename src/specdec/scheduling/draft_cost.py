@@ -87,14 +87,6 @@ class DraftCost:
         ridge = sum(RIDGE[i] * self._xx[i][i] * coef[i] ** 2 for i in range(FEATURES))
         return quad - 2 * sum(c * y for c, y in zip(coef, self._xy)) + ridge
 
-    def fade(self, factor: float) -> None:
-        """Scales the estimate by `factor` (< 1): a cost measured only while drafting would otherwise stay as
-        it was for as long as it keeps drafting off (after a burst of load, say), and the policy would never
-        measure it again."""
-        self._xy = [v * factor for v in self._xy]
-        self.fixed_ms, self.per_level_ms, self.per_token_ms = (
-            self.fixed_ms * factor, self.per_level_ms * factor, self.per_token_ms * factor)
-
     def ms(self, tokens: float, levels: float | None = None) -> float:
         """The predicted cost of drafting `tokens` tokens whose deepest draft has `levels` levels (None: a
         single chain, as many as tokens)."""

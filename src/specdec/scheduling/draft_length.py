@@ -13,7 +13,11 @@
   Rates only move where drafts are made, so two rules keep a few early rejections from switching drafting
   off for good: the batch-wide counts fade (half-life HALF_LIFE sequence-steps), so new sequences start
   from recent evidence; and a sequence given no draft for PROBE_AFTER steps gets one draft row where a row
-  kept at FIRST_GUESS would pay for its target rows and its drafting. The drafting cost D is what a drafting
+  kept at FIRST_GUESS would pay for its target rows and its drafting, priced at the last measured drafting
+  cost halved every DRAFT_COST_HALF_LIFE steps without a draft (so that a cost measured under a burst of
+  load is measured again). Only probes see that faded cost: when it priced every draft, a drafter that did
+  not pay (DFlash here: 16 ms a step for 0.35 tokens of a 36 ms step) looked cheap again after 32 plain
+  steps and drafted at a loss for a few steps each time, a quarter of all steps. The drafting cost D is what a drafting
   step takes beyond the target forward the curve predicts (step_overhead), or the drafter's own time where
   that is more. T is the curve scaled by what recent steps without a draft took against it (target_scale):
   the curve is timed at one context length, and at 32 sequences of 200-350 tokens a plain step took 1.3x
@@ -35,7 +39,7 @@ PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this 
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
 PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
-DRAFT_COST_HALF_LIFE = 32  # steps without any draft over which the drafting cost estimate halves
+DRAFT_COST_HALF_LIFE = 32  # steps without any draft over which the cost probes are priced at halves
 SCALE_DECAY = 0.9  # per step without a draft: target_scale follows about the last 10 of them
 SCALE_LIMITS = (0.5, 4.0)  # a step's wall time against the curve's prediction, outside which it is noise
 
@@ -98,6 +102,7 @@ class AutoDraftLength(DraftLengthPolicy):
     _allowed: list[float] = field(default_factory=list)  # [i]: sequence-steps whose policy allowed position i
     _granted: float = 0.0  # draft tokens allowed, and drafted, over the batch's sequence-steps
     _filled: float = 0.0
+    _steps_without_draft: int = 0  # steps since the drafting cost was last measured
 
     def observe(self, num_accepted_per_position: Sequence[int], drafted_per_position: Sequence[int],
                 allowed: int | None = None, drafted_tokens: int | None = None) -> None:
@@ -124,12 +129,18 @@ class AutoDraftLength(DraftLengthPolicy):
 
     def observe_drafting(self, draft_seconds: float, draft_tokens: int, levels: int | None = None) -> None:
         """One step's drafting time, drafted tokens over all of its sequences and deepest draft (levels); a
-        step that drafted nothing fades the estimate (half-life DRAFT_COST_HALF_LIFE steps), so a cost that
-        stopped drafting is measured again by a probe before long."""
+        step that drafted nothing makes probes cheaper (probe_draft_ms), so a cost that stopped drafting is
+        measured again before long."""
         if draft_tokens > 0:
             self.draft.observe(draft_seconds * 1000, draft_tokens, levels)
+            self._steps_without_draft = 0
         else:
-            self.draft.fade(0.5 ** (1 / DRAFT_COST_HALF_LIFE))
+            self._steps_without_draft += 1
+
+    def probe_draft_ms(self, tokens: float, levels: float | None = None) -> float:
+        """The drafting cost a probe is priced at: the measured one, halved every DRAFT_COST_HALF_LIFE steps
+        since it was last measured."""
+        return self.draft.ms(tokens, levels) * 0.5 ** (self._steps_without_draft / DRAFT_COST_HALF_LIFE)
 
     def target_ms(self, sequences: int, rows: int, kept: float, lone: bool) -> float:
         """The target forward's cost in ms: the curve, scaled by target_scale."""
@@ -283,9 +294,9 @@ class AutoDraftLength(DraftLengthPolicy):
         levels = max(best_levels, 1.0)
         for i, s in enumerate(stats):
             if best[i] == 0 and caps[i] > 0 and s.steps_since_allowed >= PROBE_AFTER:
-                before = tokens / (cost() + self.draft.ms(drafted, best_levels if drafted else 0))
+                before = tokens / (cost() + self.probe_draft_ms(drafted, best_levels if drafted else 0))
                 tokens, rows, drafted = tokens + w[i] * FIRST_GUESS, rows + 1, drafted + 1
-                if tokens / (cost() + self.draft.ms(drafted, levels)) > before:
+                if tokens / (cost() + self.probe_draft_ms(drafted, levels)) > before:
                     best_levels = levels
                     best[i] = 1
                 else:
