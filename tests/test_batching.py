@@ -163,6 +163,25 @@ def test_batched_generate_equals_batch_one_plain(zoo, model, config):
         assert llm.stats.num_drafts > 0 or config == "auto"
 
 
+def test_drafting_steps_charge_their_unexplained_time_to_the_drafter(zoo, monkeypatch):
+    """A drafting step with no backlog to catch up reports its time beyond the curve's forward to the auto
+    policy (step_overhead): the catch-up call that finds nothing still takes microseconds, and such a step
+    must not count as one that caught up (it did for every step once, and DFlash drafted at a loss)."""
+    from specdec.scheduling.draft_length import AutoDraftLength
+
+    calls: list[tuple] = []
+    original = AutoDraftLength.step_overhead
+
+    def spy(self, *args, **kwargs):  # type: ignore[no-untyped-def]
+        calls.append(args)
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(AutoDraftLength, "step_overhead", spy)
+    llm = LLM(loaded=zoo.load("gemma_untied"), speculative_config=CONFIGS["auto"])
+    llm.generate(["one two three one two three one two three one two three"], greedy(24))
+    assert llm.stats.num_drafts > 0 and calls
+
+
 def test_chunked_prefill_gives_the_one_piece_tokens(zoo):
     """A prompt read in chunks of at most 64 - (decode rows) tokens between other requests' steps equals
     one-piece prefill, for the long prompt and for the requests running beside it."""

@@ -39,7 +39,7 @@ PRIOR_WEIGHT = 4.0  # a new sequence's rates start from the batch's, worth this 
 FIRST_GUESS = 0.6  # acceptance at position 0 before anything was measured
 HALF_LIFE = 256  # sequence-steps over which the batch-wide counts halve
 PROBE_AFTER = 32  # steps without a draft after which a sequence gets a probe row (where one can pay)
-DRAFT_COST_HALF_LIFE = 32  # steps without any draft over which the cost probes are priced at halves
+DRAFT_COST_HALF_LIFE = 32  # steps without a draft over which the drafting cost probes are priced at halves
 SCALE_DECAY = 0.9  # per step without a draft: target_scale follows about the last 10 of them
 SCALE_LIMITS = (0.5, 4.0)  # a step's wall time against the curve's prediction, outside which it is noise
 
