@@ -40,6 +40,10 @@ class Draft:
 
 EMPTY_DRAFT = Draft(tokens=[])
 
+# Pending committed positions beyond which a proposer's `catch_up_batch` reads them before drafting (timed
+# apart by the engine); fewer are read by the drafting step itself
+CATCH_UP_ROWS = 16
+
 
 class Proposer(ABC):
     """Base class of drafting methods; register subclasses with `@register("name")`."""

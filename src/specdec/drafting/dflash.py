@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.base import CATCH_UP_ROWS, Draft, Proposer
 from specdec.drafting.confidence import threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.dflash_batch import add_pending, draft_blocks
@@ -31,8 +31,6 @@ from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import grow_tree
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
-
-CATCH_UP_ROWS = 16  # pending positions beyond which a drafting step first catches up (timed apart by run_step)
 
 if TYPE_CHECKING:
     from specdec.models.loading import LoadedModel

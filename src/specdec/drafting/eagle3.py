@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.base import CATCH_UP_ROWS, Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab, greedy_tops
 from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
@@ -58,7 +58,6 @@ class Eagle3Options:
 
 
 PROMPT_CHUNK = 512  # pending positions the drafter reads per call when catching up (bounds its score matrix)
-CATCH_UP_ROWS = 16  # pending positions beyond which a drafting step first catches up (timed apart by run_step)
 
 
 @register("eagle3")
