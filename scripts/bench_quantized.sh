@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Plain and speculative decoding on each quantized target of the default model (dense bf16, int8, int4, the
 # GGUF's own Q4_K_M tensors), every shipped drafter, in one process per prompt set; then perplexity and top-1
-# agreement on held-out text. Run on a quiet machine: about 40 min for other_kinds here. Reports in
+# agreement on held-out text (QUALITY=0 skips it). Run on a quiet machine: about 40 min for other_kinds here. Reports in
 # benchmarks/results/quantized/. PROMPTS, SELECT and NAME (environment) run another prompt set.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -9,13 +9,15 @@ OUT=benchmarks/results/quantized
 mkdir -p "$OUT"
 PROMPTS=${PROMPTS:-benchmarks/prompts/other_kinds.jsonl}
 NAME=${NAME:-other_kinds}
+# every shipped drafter as a user gets it: bare configs (the drafter's stored defaults), n-gram "auto" and the
+# demo's hybrid
 CONFIGS='[
- {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4},
+ {"method": "ngram", "num_speculative_tokens": "auto"},
  {"method": "hybrid", "prompt_lookup_min": 3, "fallback": {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}},
- {"method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 8, "confidence_threshold": 0.45},
- {"method": "medusa", "model": "gemma-3-270m-medusa", "tree_num_draft_tokens": 16},
- {"method": "mtp", "model": "gemma-3-270m-mtp", "num_speculative_tokens": 6, "confidence_threshold": 0.4},
- {"method": "dflash", "model": "gemma-3-270m-dflash-b8", "num_speculative_tokens": 7}
+ {"method": "eagle3", "model": "gemma-3-270m-eagle3"},
+ {"method": "medusa", "model": "gemma-3-270m-medusa"},
+ {"method": "mtp", "model": "gemma-3-270m-mtp"},
+ {"method": "dflash", "model": "gemma-3-270m-dflash-b8"}
 ]'
 .venv/bin/specdec bench --prompts "$PROMPTS" ${SELECT:---per-category 3} --threads 2 --quantization none,int8,int4,gguf \
   --speculative-config "$CONFIGS" --no-progress --output "$OUT/$NAME.json" > "$OUT/$NAME.txt" 2>&1

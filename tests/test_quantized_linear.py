@@ -85,6 +85,19 @@ def test_every_row_count_equals_the_reference(build, kind, sub):
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
+def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
+    """linear_rows' bfloat16 output (rounded in the kernel as it stores) is the float32 result rounded by
+    torch; a float32 x holding the same values gives the same bits."""
+    k, n = 96, 13  # a partial tile: linear_rows trims the padding columns
+    w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
+    x = inputs(9, k)
+    want = w.linear_float(x)
+    assert (want.to(torch.bfloat16).float() != want).any()  # the rounding is exercised
+    assert torch.equal(w.linear_rows(x, torch.bfloat16).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
+    assert torch.equal(w.linear_rows(x.float(), torch.float32), want)
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
 def test_rows_are_bit_identical_whatever_the_number_of_rows(build, kind, sub):
     k = 640
     w = QuantizedWeight(random_blocks(kind, 64, k, sub=sub), k, kind)

@@ -191,6 +191,8 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     """x @ weight.T (+ bias) in x's dtype, row-independent for bfloat16 on CPU; x is [M, K]. `weight` may be
     a quantization.QuantizedWeight."""
     if not isinstance(weight, torch.Tensor):
+        if bias is None:
+            return weight.linear_rows(x, x.dtype)
         return _quantized_rows(x, weight, bias).to(x.dtype)
     if bias is None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
         k = kernel()

@@ -60,6 +60,7 @@ class QuantizedWeight:
             raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
+        self._kind_id = 0 if self.kind == "s8" else 1  # the kernels' `kind`
         self._width = quant_tile_width()  # the layout of the build that runs here
         self._tiles = pack_tiles(blocks, self._width)
 
@@ -79,6 +80,16 @@ class QuantizedWeight:
         """x [M, in_features] @ W.T as float32 [M, out_features]; each row's bits independent of M."""
         return self.linear_columns(x, slice(None))
 
+    def linear_rows(self, x: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+        """linear_float(x).to(dtype), with the same bits. The decoder's path: on the CPU one kernel call that
+        rounds to bfloat16 as it stores (a decode step makes ~70 of these calls, and each torch op or Python
+        layer around them cost more than a tenth of a one-row step's time)."""
+        kernel = quant_kernel() if x.device.type == "cpu" and dtype in (torch.bfloat16, torch.float32) else None
+        if kernel is None:
+            return self.linear_float(x).to(dtype)
+        y = kernel.quant_linear(x, *self._tiles, self._kind_id, dtype == torch.bfloat16)
+        return y if y.shape[1] == self.out_features else y[:, : self.out_features]
+
     def column_blocks(self, columns: slice | torch.Tensor) -> BlockWeights:
         b = self.blocks
         pick = (lambda t: None if t is None else t[columns])
@@ -96,7 +107,7 @@ class QuantizedWeight:
         width = self._width
         t0, t1 = start // width, -(-stop // width)
         tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
-        y = kernel.quant_linear(x, *tiles, 0 if self.kind == "s8" else 1)
+        y = kernel.quant_linear(x, *tiles, self._kind_id)
         return y if (start, stop) == (t0 * width, t1 * width) else y[:, start - t0 * width : stop - t0 * width]
 
     @staticmethod

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "quant_linear_args.h"
 
@@ -51,12 +52,22 @@ struct Activations {
   int64_t kp, blocks;
 };
 
+// The R rows' 8 finished columns from `col` into y.
+template <int R>
+void store_rows(const __m256* acc, int64_t row0, const specdec_quant::OutputRows& y, int64_t col) {
+  alignas(32) float v[kTile];
+  for (int r = 0; r < R; ++r) {
+    _mm256_store_ps(v, acc[r]);
+    y.store(row0 + r, col, v, kTile);
+  }
+}
+
 // R rows against one tile (8 columns) of s8 weights, every block; y rows at stride ldy. A tile's block is 8
 // vectors, one per group of 4 k: column c's 4 bytes in lane c, so a lane's int32 sum is column c's dot
 // product and nothing is summed across lanes.
 template <int R, bool kSub>
-void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0, float* y,
-             int64_t ldy) {
+void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0,
+             const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -92,15 +103,15 @@ void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activati
       acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), t));
     }
   }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy, acc[r]);
+  store_rows<R>(acc, row0, y, col);
 }
 
 // R rows against one tile of u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h
 // and the high ones group h + 4. Products are at most 2 * 15 * 127 per int16 pair, so the 8 groups add up in
 // int16 without overflow (30480), and one madd per block widens them.
 template <int R>
-void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0, float* y,
-             int64_t ldy) {
+void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0,
+             const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
@@ -131,7 +142,7 @@ void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activati
       acc[r] = _mm256_add_ps(acc[r], _mm256_sub_ps(_mm256_mul_ps(f, t), u));
     }
   }
-  for (int r = 0; r < R; ++r) _mm256_storeu_ps(y + r * ldy, acc[r]);
+  store_rows<R>(acc, row0, y, col);
 }
 
 // Calls f(R, m) over the rows in blocks of 4, then one block of the 1-3 left (R a compile-time constant).
@@ -171,25 +182,23 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
 
 }  // namespace
 
-// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] float32 (N = 8 * tiles).
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 8 * tiles), float32 or with
+// out_bf16 bfloat16.
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
-                        int64_t kind) {
+                        int64_t kind, bool out_bf16) {
   const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
   const int64_t n_size = tiles * kTile;
-  auto y = at::empty({m_size, n_size}, x.options());
-  if (m_size == 0 || n_size == 0) return y;
-  auto q = at::empty({m_size, k_size}, x.options().dtype(at::kChar));
-  auto absq = at::empty({m_size, k_size}, x.options().dtype(at::kChar));
-  auto dx = at::empty({m_size, blocks}, x.options());
-  auto sx = at::empty({m_size, blocks}, x.options());
-  quantize_rows(x.data_ptr<float>(), m_size, k_size, q.data_ptr<int8_t>(), absq.data_ptr<int8_t>(),
-                dx.data_ptr<float>(), sx.data_ptr<float>());
-  const Activations a{q.data_ptr<int8_t>(), absq.data_ptr<int8_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(),
-                      k_size, blocks};
-  float* yp = y.data_ptr<float>();
+  const specdec_quant::OutputRows y(x, n_size, out_bf16);
+  if (m_size == 0 || n_size == 0) return y.y;
+  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
+  std::vector<float> xf;
+  std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
+  std::vector<float> dx(m_size * blocks), sx(m_size * blocks);
+  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data());
+  const Activations a{q.data(), absq.data(), dx.data(), sx.data(), k_size, blocks};
   const float* sp = scales.data_ptr<float>();
   const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
@@ -199,24 +208,26 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
   for (int64_t t = 0; t < tiles; ++t) {
     const uint8_t* w = qp + t * tile_bytes;
     const float* s = sp + t * blocks * kTile;
-    float* yt = yp + t * kTile;
+    const int64_t col = t * kTile;
     if (kind == 1) {
       const float* mn = minp + t * blocks * kTile;
-      for_row_blocks(m_size, [&](auto r, int64_t m) { tile_u4<decltype(r)::value>(w, s, mn, a, m, yt + m * n_size, n_size); });
+      for_row_blocks(m_size, [&](auto r, int64_t m) { tile_u4<decltype(r)::value>(w, s, mn, a, m, y, col); });
     } else if (sub) {
       const int16_t* sb = subp + t * blocks * kTile * 2;
       for_row_blocks(m_size, [&](auto r, int64_t m) {
-        tile_s8<decltype(r)::value, true>(reinterpret_cast<const int8_t*>(w), s, sb, a, m, yt + m * n_size, n_size);
+        tile_s8<decltype(r)::value, true>(reinterpret_cast<const int8_t*>(w), s, sb, a, m, y, col);
       });
     } else {
       for_row_blocks(m_size, [&](auto r, int64_t m) {
-        tile_s8<decltype(r)::value, false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, m, yt + m * n_size, n_size);
+        tile_s8<decltype(r)::value, false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, m, y, col);
       });
     }
   }
-  return y;
+  return y.y;
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant");
+  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant",
+        py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
+        py::arg("out_bf16") = false);
 }

@@ -41,6 +41,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #pragma GCC push_options
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
@@ -188,25 +189,24 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
 
 }  // namespace
 
-// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] float32 (N = 16 * tiles).
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 16 * tiles), float32 or with
+// out_bf16 bfloat16.
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16].
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
-                        int64_t kind) {
+                        int64_t kind, bool out_bf16) {
   const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
   const int64_t n_size = tiles * kTile;
-  auto y = at::empty({m_size, n_size}, x.options());
-  if (m_size == 0 || n_size == 0) return y;
-  auto q = at::empty({blocks, m_size, kBlock}, x.options().dtype(at::kChar));
-  auto c = at::empty({blocks, m_size, 2}, x.options().dtype(at::kInt));
-  auto dx = at::empty({blocks, m_size}, x.options());
-  auto sx = at::empty({blocks, m_size}, x.options());
-  quantize_rows(x.data_ptr<float>(), m_size, k_size, q.data_ptr<int8_t>(), c.data_ptr<int32_t>(), dx.data_ptr<float>(),
-                sx.data_ptr<float>());
-  const Activations a{q.data_ptr<int8_t>(), c.data_ptr<int32_t>(), dx.data_ptr<float>(), sx.data_ptr<float>(), m_size,
-                      blocks};
-  float* yp = y.data_ptr<float>();
+  const specdec_quant::OutputRows y(x, n_size, out_bf16);
+  if (m_size == 0 || n_size == 0) return y.y;
+  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
+  std::vector<float> xf;
+  std::vector<int8_t> q(blocks * m_size * kBlock);
+  std::vector<int32_t> c(blocks * m_size * 2);
+  std::vector<float> dx(blocks * m_size), sx(blocks * m_size);
+  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
+  const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
   const float* sp = scales.data_ptr<float>();
   const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
   const int64_t tile_scales = blocks * kTile;  // floats (and int16 pairs) per tile
@@ -227,15 +227,16 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
         tile_s8<true>(reinterpret_cast<const int8_t*>(w), s, subp + t * tile_scales * 2, a, row0, rows, acc);
       else
         tile_s8<false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, row0, rows, acc);
-      for (int64_t r = 0; r < rows; ++r)
-        std::memcpy(yp + (row0 + r) * n_size + t * kTile, acc + r * kTile, sizeof(float) * kTile);
+      for (int64_t r = 0; r < rows; ++r) y.store(row0 + r, t * kTile, acc + r * kTile, kTile);
     }
   }
-  return y;
+  return y.y;
 }
 
 #pragma GCC pop_options
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)");
+  m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
+        py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
+        py::arg("out_bf16") = false);
 }

@@ -3,19 +3,25 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
 #include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "avx2_bf16.h"
 
 namespace specdec_quant {
 
-// x [M, K] (made contiguous float32 here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
+// x [M, K] float32 or bfloat16 (made contiguous here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
 // `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given.
 inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
                              const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
   TORCH_CHECK(kind == 0 || kind == 1, "kind 0 (s8) or 1 (u4)");
-  x = x.to(at::kFloat).contiguous();
+  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x float32 or bfloat16");
+  if (!x.is_contiguous()) x = x.contiguous();
   TORCH_CHECK(x.size(1) % block == 0, "K must be a multiple of 32");
   const int64_t blocks = x.size(1) / block, tiles = quants.size(0);
   TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : 4) &&
@@ -28,5 +34,42 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * tile, "mins");
   return sub;
 }
+
+// x's rows as float32: its own data when it is float32, else converted into `scratch` (exact: bfloat16 is a
+// float32 with the low 16 bits zero), without a torch op per call.
+inline const float* float_rows(const at::Tensor& x, std::vector<float>& scratch) {
+  if (x.scalar_type() == at::kFloat) return x.data_ptr<float>();
+  const auto* h = static_cast<const uint16_t*>(x.data_ptr());
+  scratch.resize(x.numel());
+  for (int64_t i = 0; i < x.numel(); ++i) scratch[i] = specdec_bf16::bf16_to_float(h[i]);
+  return scratch.data();
+}
+
+// quant_linear's result [M, N]: float32, or bfloat16 rounded as c10::BFloat16 rounds the float32 (the
+// decoder's dtype, without a second torch op and pass over y). A tile's columns are stored as they finish.
+struct OutputRows {
+  at::Tensor y;
+  float* f = nullptr;
+  uint16_t* h = nullptr;
+  int64_t ld = 0;
+
+  OutputRows(const at::Tensor& x, int64_t n_size, bool bf16)
+      : y(at::empty({x.size(0), n_size}, x.options().dtype(bf16 ? at::kBFloat16 : at::kFloat))), ld(n_size) {
+    if (bf16)
+      h = static_cast<uint16_t*>(y.data_ptr());
+    else
+      f = y.data_ptr<float>();
+  }
+
+  // n float32 values of `row`, from column `col`
+  void store(int64_t row, int64_t col, const float* v, int64_t n) const {
+    if (f != nullptr) {
+      std::memcpy(f + row * ld + col, v, sizeof(float) * n);
+      return;
+    }
+    uint16_t* out = h + row * ld + col;
+    for (int64_t i = 0; i < n; ++i) out[i] = specdec_bf16::float_to_bf16(v[i]);
+  }
+};
 
 }  // namespace specdec_quant
