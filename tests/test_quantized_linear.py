@@ -98,6 +98,21 @@ def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
+def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build, kind, sub):
+    """A NaN or an infinity in x has no int8 value: its whole output row is NaN (as the reference's), not a
+    finite row that silently dropped it; the other rows keep their bits."""
+    k, n = 96, 13
+    w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
+    x = inputs(4, k)
+    clean = w.linear_float(x)
+    x[1, 40] = float("nan")
+    x[2, 70] = float("-inf")
+    got, want = w.linear_float(x), reference_linear(x, w.blocks)
+    assert want[1:3].isnan().all() and got[1:3].isnan().all()
+    assert torch.equal(got[[0, 3]], clean[[0, 3]]) and torch.equal(got[[0, 3]], want[[0, 3]])
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
 def test_rows_are_bit_identical_whatever_the_number_of_rows(build, kind, sub):
     k = 640
     w = QuantizedWeight(random_blocks(kind, 64, k, sub=sub), k, kind)

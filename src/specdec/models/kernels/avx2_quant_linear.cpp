@@ -164,6 +164,12 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
   for (int64_t m = 0; m < m_size; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + m * k_size + b * kBlock;
+      if (!specdec_quant::block_finite(xb, kBlock)) {
+        std::memset(q + m * k_size + b * kBlock, 0, kBlock);
+        std::memset(absq + m * k_size + b * kBlock, 0, kBlock);
+        dx[m * blocks + b] = sx[m * blocks + b] = specdec_quant::kNaN;
+        continue;
+      }
       float amax = 0.0f;
       for (int64_t i = 0; i < kBlock; ++i) amax = std::max(amax, std::fabs(xb[i]));
       const float d = amax / 127.0f;

@@ -171,6 +171,12 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + m * k_size + b * kBlock;
       const int64_t at = b * m_size + m;
+      if (!specdec_quant::block_finite(xb, kBlock)) {
+        std::memset(q + at * kBlock, 0, kBlock);
+        c[at * 2] = c[at * 2 + 1] = 0;
+        dx[at] = sx[at] = specdec_quant::kNaN;
+        continue;
+      }
       const __m512 x0 = _mm512_loadu_ps(xb), x1 = _mm512_loadu_ps(xb + 16);
       const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
       const float d = amax / 127.0f;

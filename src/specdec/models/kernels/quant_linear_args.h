@@ -6,8 +6,10 @@
 #include <ATen/ops/empty.h>
 #include <c10/util/Exception.h>
 
+#include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "avx2_bf16.h"
@@ -34,6 +36,16 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * tile, "mins");
   return sub;
 }
+
+// Whether a block of x is all finite. A NaN or an infinity has no int8 value (the reference's products are
+// NaN); quantize_rows gives such a block a NaN scale (kNaN) and zero quants, so every output of its row is
+// NaN as in the reference, where the integer conversion alone would drop it silently.
+inline bool block_finite(const float* xb, int64_t n) {
+  for (int64_t i = 0; i < n; ++i)
+    if (!std::isfinite(xb[i])) return false;
+  return true;
+}
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
 
 // x's rows as float32: its own data when it is float32, else converted into `scratch` (exact: bfloat16 is a
 // float32 with the low 16 bits zero), without a torch op per call.
