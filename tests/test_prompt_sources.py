@@ -227,16 +227,20 @@ def _leaks(prompts: list[TrainPrompt], held: dict) -> list[str]:
 
 @pytest.mark.skipif(not (DEFAULT_DATA_DIR / "wikitext2").is_dir(), reason="../shared/data/train not present")
 def test_long_prompts_are_opt_in_long_and_never_held_out():
-    from specdec.training.long_prompts import MAX_WORDS, MIN_WORDS
+    from specdec.training.long_prompts import CODE_MAX_CHARS, CODE_MIN_CHARS, LONG_SOURCES, MAX_WORDS, MIN_WORDS
 
     short = build_prompts()
     both = build_prompts(long=True)
     assert not any(p.id.startswith("long") for p in short)  # the default list does not change
     long = [p for p in both if p.id.startswith("long")]
     kinds = {p.id.split("-")[0]: p.kind for p in long}
-    assert kinds == {"longwiki": "summarization", "longrust": "summarization", "longrag": "rag", "longchat": "chat"}
-    articles = [p for p in long if p.id.startswith(("longwiki", "longrust"))]
+    assert kinds == {"longwiki": "summarization", "longrust": "summarization", "longrag": "rag", "longchat": "chat",
+                     "longwiki2": "summarization", "longrust2": "summarization", "longpyref": "summarization",
+                     "longcode": "code"}
+    articles = [p for p in long if p.id.startswith(("longwiki", "longrust", "longpyref"))]
     assert all(min(MIN_WORDS, 400) <= len(p.turns[0].split()) <= MAX_WORDS + 10 for p in articles)
+    assert all(CODE_MIN_CHARS <= len(p.turns[0]) <= CODE_MAX_CHARS + 4000 for p in long if p.kind == "code")
+    assert len(ids := [p.id for p in long]) == len(set(ids))
     rag = [p for p in long if p.id.startswith("longrag")]
     assert all(5 <= len(re.findall(r"^Passage \d+: ", p.turns[0], re.M)) <= 8 for p in rag)
     assert all(len(p.turns) >= 7 and len(p.answers) == len(p.turns) - 1 for p in long if p.kind == "chat")
@@ -248,6 +252,12 @@ def test_long_prompts_are_opt_in_long_and_never_held_out():
     assert not any(p.id.split("-", 1)[1].rsplit("-", 1)[0] in held_articles for p in long if p.id.startswith("longrag"))
     assert not ids & {f"longwiki-{a}" for a in held_articles}
     assert not _leaks(long, held)
+    # the first three long sources' prompts do not change with the later ones (data sets resume by prompt id)
+    first = dict(list(LONG_SOURCES.items())[:3])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr("specdec.training.long_prompts.LONG_SOURCES", first)
+        before = {p.id: p.turns for p in build_prompts(long=True) if p.id.startswith("long")}
+    assert all(dict((p.id, p.turns) for p in long)[i] == turns for i, turns in before.items())
 
 
 def test_generate_data_keeps_prompts_of_the_asked_lengths(zoo, tmp_path, monkeypatch):

@@ -4,6 +4,11 @@ The drafters trained on prompts of at most ~750 tokens; users paste whole articl
 passages. These sources turn the same corpora into long prompts: whole WikiText-2 articles and Rust Book
 chapters to summarize, questions over 5-8 passages, and Topical-Chat conversations replayed for 6-10
 exchanges. Held-out items are skipped as in prompt_sources.py. `build_prompts(long=True)` adds them.
+
+Those first sources hold only about 320 prompts over 1k tokens, so later ones add more of what users send:
+the later half of each long article or chapter, CPython's reference documentation, more RAG questions per
+article, and whole runs of one stdlib module's functions to explain (long code). Each new source comes after
+the first ones in LONG_SOURCES, so the earlier prompts (and the ids of data made from them) do not change.
 """
 
 from __future__ import annotations
@@ -91,4 +96,91 @@ def long_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPromp
     return out
 
 
-LONG_SOURCES = {"long_articles": long_articles, "long_rag": long_rag, "long_chat": long_chat}
+def _later_half(paragraphs: list[str], rng: random.Random) -> str | None:
+    """The paragraphs from the middle on, cut as the first window is, when they are long enough alone."""
+    later = paragraphs[len(paragraphs) // 2 :]
+    if sum(len(p.split()) for p in later) < MIN_WORDS:
+        return None
+    return _cut(later, rng.randint(MIN_WORDS, MAX_WORDS))
+
+
+def long_later_halves(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """The later half of each long WikiText-2 article and Rust Book chapter: the first window reads their start."""
+    out = []
+    for d in _jsonl(root / "wikitext2" / "articles.jsonl"):
+        if d["id"] in ex.wikitext_ids:
+            continue
+        text = _later_half(wiki_chunks(d["text"], lo=1, hi=400), rng)
+        if text is not None:
+            out.append(TrainPrompt(f"longwiki2-{d['id']}", "summarization",
+                                   ("Summarize the following part of an article:\n\n" + text,)))
+    for d in _jsonl(root / "rust_book" / "chapters.jsonl"):
+        text = _later_half([p.strip() for p in d["text"].split("\n\n") if p.strip()], rng)
+        if text is not None:
+            out.append(TrainPrompt(f"longrust2-{d['id']}", "summarization",
+                                   ("Summarize the following part of a text:\n" + text,)))
+    return out
+
+
+def long_reference_docs(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """CPython's reference documentation topics of at least MIN_WORDS words."""
+    out = []
+    for d in _jsonl(root / "python_reference_topics" / "topics.jsonl"):
+        paragraphs = [p.strip() for p in d["text"].split("\n\n") if p.strip()]
+        if sum(len(p.split()) for p in paragraphs) < MIN_WORDS:
+            continue
+        text = _cut(paragraphs, rng.randint(MIN_WORDS, MAX_WORDS))
+        out.append(TrainPrompt(f"longpyref-{d['topic']}", "summarization",
+                               ("Summarize the following documentation:\n\n" + text,)))
+    return out
+
+
+def long_rag_more(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """Two more questions per article (numbered 2 and 3), gold passages taken from the article's end."""
+    articles = [d for d in _jsonl(root / "wikitext2" / "articles.jsonl") if d["id"] not in ex.wikitext_ids]
+    pool = [(d["id"], c) for d in articles for c in wiki_chunks(d["text"], lo=150, hi=350)]
+    out = []
+    for d in articles:
+        mine = [c for aid, c in pool if aid == d["id"]]
+        for j in (2, 3):
+            if len(mine) < j + 1:
+                break
+            gold = mine[-(j - 1)]
+            question = rag_question(gold, d["title"], j, "What do the passages tell about {title}?")
+            if question is None:
+                continue
+            others = [c for aid, c in rng.sample(pool, 12) if aid != d["id"]][: rng.randint(4, 7)]
+            out.append(TrainPrompt(f"longrag-{d['id']}-{j}", "rag", (rag_prompt([gold, *others], question, rng),)))
+    return out
+
+
+CODE_MIN_CHARS, CODE_MAX_CHARS = 4000, 12000  # about 1k-3.5k tokens of Python
+
+
+def long_code(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """Runs of one stdlib module's functions (in the corpus's order), 4-12k characters, to explain."""
+    modules: dict[str, list[str]] = {}
+    for d in _jsonl(root / "python_stdlib_code" / "functions.jsonl"):
+        modules.setdefault(d["module"], []).append(d["source"].strip())
+    out = []
+    for module, sources in modules.items():
+        j, run, size = 0, [], 0
+        limit = rng.randint(CODE_MIN_CHARS, CODE_MAX_CHARS)
+        for src in sources:
+            if run and size + len(src) > limit:
+                if size >= CODE_MIN_CHARS:
+                    code = "\n\n".join(run)
+                    out.append(TrainPrompt(f"longcode-{module}-{j}", "code", (
+                        f"Explain what the following Python code from the `{module}` module does, function by "
+                        f"function:\n```python\n{code}\n```",)))
+                    j += 1
+                run, size, limit = [], 0, rng.randint(CODE_MIN_CHARS, CODE_MAX_CHARS)
+            run.append(src)
+            size += len(src) + 2
+    return out
+
+
+# the first three's order and draws are fixed: data sets made from them resume by prompt id
+LONG_SOURCES = {"long_articles": long_articles, "long_rag": long_rag, "long_chat": long_chat,
+                "long_later_halves": long_later_halves, "long_reference_docs": long_reference_docs,
+                "long_rag_more": long_rag_more, "long_code": long_code}
