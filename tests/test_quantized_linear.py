@@ -95,6 +95,7 @@ def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
     assert (want.to(torch.bfloat16).float() != want).any()  # the rounding is exercised
     assert torch.equal(w.linear_rows(x, torch.bfloat16).view(torch.int16), want.to(torch.bfloat16).view(torch.int16))
     assert torch.equal(w.linear_rows(x.float(), torch.float32), want)
+    assert torch.equal(w.linear_rows(x.double(), torch.float32), want)  # other dtypes are read as float32
 
 
 @pytest.mark.parametrize("kind, sub", CASES)

@@ -22,7 +22,7 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
                              const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
   TORCH_CHECK(kind == 0 || kind == 1, "kind 0 (s8) or 1 (u4)");
-  TORCH_CHECK(x.scalar_type() == at::kFloat || x.scalar_type() == at::kBFloat16, "x float32 or bfloat16");
+  if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) x = x.to(at::kFloat);  // read as is
   if (!x.is_contiguous()) x = x.contiguous();
   TORCH_CHECK(x.size(1) % block == 0, "K must be a multiple of 32");
   const int64_t blocks = x.size(1) / block, tiles = quants.size(0);
