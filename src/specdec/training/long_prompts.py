@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import random
+from collections.abc import Callable
 from pathlib import Path
 
 from specdec.training.prompt_sources import (
@@ -42,39 +43,56 @@ def _cut(paragraphs: list[str], words: int) -> str:
     return "\n\n".join(out)
 
 
+def _window(paragraphs: list[str], rng: random.Random) -> str | None:
+    """MIN_WORDS-MAX_WORDS words of whole paragraphs from the first (a random length: one draw), or None
+    (and no draw) when the paragraphs hold fewer than MIN_WORDS words."""
+    if sum(len(p.split()) for p in paragraphs) < MIN_WORDS:
+        return None
+    return _cut(paragraphs, rng.randint(MIN_WORDS, MAX_WORDS))
+
+
+def _paragraphs(text: str) -> list[str]:
+    """A plain text's paragraphs (split at blank lines)."""
+    return [p.strip() for p in text.split("\n\n") if p.strip()]
+
+
+def _wiki_paragraphs(d: dict) -> list[str]:
+    return wiki_chunks(d["text"], lo=1, hi=400)
+
+
 def long_articles(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
     out = []
     for d in _jsonl(root / "wikitext2" / "articles.jsonl"):
-        if d["id"] in ex.wikitext_ids:
-            continue
-        paragraphs = wiki_chunks(d["text"], lo=1, hi=400)
-        if sum(len(p.split()) for p in paragraphs) < MIN_WORDS:
-            continue
-        text = _cut(paragraphs, rng.randint(MIN_WORDS, MAX_WORDS))
-        out.append(TrainPrompt(f"longwiki-{d['id']}", "summarization", ("Summarize the following article:\n\n" + text,)))
+        if d["id"] not in ex.wikitext_ids and (text := _window(_wiki_paragraphs(d), rng)) is not None:
+            out.append(TrainPrompt(f"longwiki-{d['id']}", "summarization",
+                                   ("Summarize the following article:\n\n" + text,)))
     for d in _jsonl(root / "rust_book" / "chapters.jsonl"):
-        paragraphs = [p.strip() for p in d["text"].split("\n\n") if p.strip()]
-        if sum(len(p.split()) for p in paragraphs) < MIN_WORDS:
-            continue
-        text = _cut(paragraphs, rng.randint(MIN_WORDS, MAX_WORDS))
-        out.append(TrainPrompt(f"longrust-{d['id']}", "summarization", ("Summarize the following text:\n" + text,)))
+        if (text := _window(_paragraphs(d["text"]), rng)) is not None:
+            out.append(TrainPrompt(f"longrust-{d['id']}", "summarization", ("Summarize the following text:\n" + text,)))
     return out
 
 
-def long_rag(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
-    """A question over 5-8 passages of different articles, one of which holds the answer."""
+def _rag_over_articles(root: Path, ex: Exclusions, rng: random.Random,
+                       golds: Callable[[list[str]], list[tuple[int, str]]], about: str) -> list[TrainPrompt]:
+    """Per WikiText-2 article, a question over 5-8 passages of different articles for each (number, gold
+    passage) that `golds` picks from the article's own passages; the gold one holds the answer."""
     articles = [d for d in _jsonl(root / "wikitext2" / "articles.jsonl") if d["id"] not in ex.wikitext_ids]
     pool = [(d["id"], c) for d in articles for c in wiki_chunks(d["text"], lo=150, hi=350)]
     out = []
     for d in articles:
-        mine = [c for aid, c in pool if aid == d["id"]]
-        for j, gold in enumerate(rng.sample(mine, min(2, len(mine)))):
-            question = rag_question(gold, d["title"], j, "What do the passages say about {title}?")
+        for j, gold in golds([c for aid, c in pool if aid == d["id"]]):
+            question = rag_question(gold, d["title"], j, about)
             if question is None:
                 continue
             others = [c for aid, c in rng.sample(pool, 12) if aid != d["id"]][: rng.randint(4, 7)]
             out.append(TrainPrompt(f"longrag-{d['id']}-{j}", "rag", (rag_prompt([gold, *others], question, rng),)))
     return out
+
+
+def long_rag(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
+    """Two questions per article, on gold passages drawn at random."""
+    return _rag_over_articles(root, ex, rng, lambda mine: list(enumerate(rng.sample(mine, min(2, len(mine))))),
+                              "What do the passages say about {title}?")
 
 
 def long_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
@@ -96,27 +114,18 @@ def long_chat(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPromp
     return out
 
 
-def _later_half(paragraphs: list[str], rng: random.Random) -> str | None:
-    """The paragraphs from the middle on, cut as the first window is, when they are long enough alone."""
-    later = paragraphs[len(paragraphs) // 2 :]
-    if sum(len(p.split()) for p in later) < MIN_WORDS:
-        return None
-    return _cut(later, rng.randint(MIN_WORDS, MAX_WORDS))
-
-
 def long_later_halves(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
-    """The later half of each long WikiText-2 article and Rust Book chapter: the first window reads their start."""
+    """The later half of each long WikiText-2 article and Rust Book chapter (from its middle paragraph on, when
+    that alone is long enough): the first window reads their start."""
     out = []
     for d in _jsonl(root / "wikitext2" / "articles.jsonl"):
-        if d["id"] in ex.wikitext_ids:
-            continue
-        text = _later_half(wiki_chunks(d["text"], lo=1, hi=400), rng)
-        if text is not None:
+        paragraphs = _wiki_paragraphs(d)
+        if d["id"] not in ex.wikitext_ids and (text := _window(paragraphs[len(paragraphs) // 2 :], rng)) is not None:
             out.append(TrainPrompt(f"longwiki2-{d['id']}", "summarization",
                                    ("Summarize the following part of an article:\n\n" + text,)))
     for d in _jsonl(root / "rust_book" / "chapters.jsonl"):
-        text = _later_half([p.strip() for p in d["text"].split("\n\n") if p.strip()], rng)
-        if text is not None:
+        paragraphs = _paragraphs(d["text"])
+        if (text := _window(paragraphs[len(paragraphs) // 2 :], rng)) is not None:
             out.append(TrainPrompt(f"longrust2-{d['id']}", "summarization",
                                    ("Summarize the following part of a text:\n" + text,)))
     return out
@@ -126,32 +135,16 @@ def long_reference_docs(root: Path, ex: Exclusions, rng: random.Random) -> list[
     """CPython's reference documentation topics of at least MIN_WORDS words."""
     out = []
     for d in _jsonl(root / "python_reference_topics" / "topics.jsonl"):
-        paragraphs = [p.strip() for p in d["text"].split("\n\n") if p.strip()]
-        if sum(len(p.split()) for p in paragraphs) < MIN_WORDS:
-            continue
-        text = _cut(paragraphs, rng.randint(MIN_WORDS, MAX_WORDS))
-        out.append(TrainPrompt(f"longpyref-{d['topic']}", "summarization",
-                               ("Summarize the following documentation:\n\n" + text,)))
+        if (text := _window(_paragraphs(d["text"]), rng)) is not None:
+            out.append(TrainPrompt(f"longpyref-{d['topic']}", "summarization",
+                                   ("Summarize the following documentation:\n\n" + text,)))
     return out
 
 
 def long_rag_more(root: Path, ex: Exclusions, rng: random.Random) -> list[TrainPrompt]:
-    """Two more questions per article (numbered 2 and 3), gold passages taken from the article's end."""
-    articles = [d for d in _jsonl(root / "wikitext2" / "articles.jsonl") if d["id"] not in ex.wikitext_ids]
-    pool = [(d["id"], c) for d in articles for c in wiki_chunks(d["text"], lo=150, hi=350)]
-    out = []
-    for d in articles:
-        mine = [c for aid, c in pool if aid == d["id"]]
-        for j in (2, 3):
-            if len(mine) < j + 1:
-                break
-            gold = mine[-(j - 1)]
-            question = rag_question(gold, d["title"], j, "What do the passages tell about {title}?")
-            if question is None:
-                continue
-            others = [c for aid, c in rng.sample(pool, 12) if aid != d["id"]][: rng.randint(4, 7)]
-            out.append(TrainPrompt(f"longrag-{d['id']}-{j}", "rag", (rag_prompt([gold, *others], question, rng),)))
-    return out
+    """Two more questions per article (numbered 2 and 3), on its last and second-to-last passages."""
+    return _rag_over_articles(root, ex, rng, lambda mine: [(j, mine[-(j - 1)]) for j in (2, 3) if len(mine) > j],
+                              "What do the passages tell about {title}?")
 
 
 CODE_MIN_CHARS, CODE_MAX_CHARS = 4000, 12000  # about 1k-3.5k tokens of Python
