@@ -41,7 +41,9 @@ namespace {
 constexpr int64_t kBlock = 32;
 constexpr int64_t kTile = 8;
 #ifndef PF_AHEAD
-#define PF_AHEAD 2048  // bytes of weights prefetched ahead of the block being read
+// bytes of weights prefetched ahead of the block being read: on the 2-core AVX2 EPYC, 1024 read the Q8_0 LM
+// head 15% faster than 2048 at one row (7.1 vs 8.3 ms) and the same at 4-8 rows
+#define PF_AHEAD 1024
 #endif
 
 struct Activations {
