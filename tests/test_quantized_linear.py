@@ -34,6 +34,7 @@ def build(request, monkeypatch) -> str:
     module = build_or_skip(isa)
     monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
     monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: QUANT_BUILDS[isa][3])
+    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: isa)
     return isa
 
 
@@ -82,6 +83,30 @@ def test_every_row_count_equals_the_reference(build, kind, sub):
     for m in range(1, 65):
         got = module.quant_linear(x[:m], *tiles, 0 if kind == "s8" else 1)[:, :n]
         assert torch.equal(got, want[:m]), (build, m)
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_float16_scales_give_the_reference_bits(kind, sub, monkeypatch):
+    """GGUF's scales are float16 values: the AVX2 build then reads them as float16 tiles (fewer bytes), with
+    the bits of the reference for every row count; scales that are not float16 values stay float32."""
+    module = build_or_skip("avx2")
+    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
+    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
+    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
+    k, n = 640, 44
+    blocks = random_blocks(kind, n, k, seed=5, sub=sub)
+    assert not quantized_weight.half_exact(blocks.scales)
+    assert QuantizedWeight(blocks, k, kind)._tiles[1].dtype == torch.float32
+    with pytest.raises(ValueError, match="float16"):
+        pack_tiles(blocks, 8, half_scales=True)
+    blocks = BlockWeights(blocks.kind, blocks.q, blocks.scales.half().float(), blocks.mins, blocks.sub_scales)
+    w = QuantizedWeight(blocks, k, kind)
+    assert w._tiles[1].dtype == torch.float16
+    x = inputs(64, k, seed=6)
+    want = reference_linear(x, blocks)
+    for m in range(1, 65):
+        assert torch.equal(w.linear_float(x[:m]), want[:m]), m
+    assert torch.equal(w.linear_rows(x[:5], torch.bfloat16), want[:5].to(torch.bfloat16))
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
@@ -180,7 +205,7 @@ def test_vnni_build_is_exact_at_minus_128():
 
 
 def test_the_best_build_is_chosen_from_the_cpu_flags(monkeypatch):
-    vnni = {"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    vnni = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
     monkeypatch.delenv("SPECDEC_NO_VNNI", raising=False)
     monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni)
     assert quant_kernels.quant_isas() == ["avx512_vnni", "avx2"]

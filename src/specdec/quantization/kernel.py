@@ -3,7 +3,7 @@ bf16 builds. Every build gives the bits of reference.reference_linear, so which 
 Each reads weights packed in tiles of its own width (quantized_weight.pack_tiles):
 
   avx512_vnni  kernels/avx512_vnni_quant_linear.cpp, tiles of 16 columns (vpdpbusd; AVX512 F/BW/VL + VNNI)
-  avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns
+  avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns; float16 scales where they are exact
 
 SPECDEC_NO_VNNI=1 skips the VNNI build; SPECDEC_NO_KERNELS=1 skips both.
 """
@@ -16,13 +16,13 @@ from typing import Any
 
 from specdec.models import fast_linear
 
-_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
 # ISA -> (extension name, source, CPU flags it needs, tile width in columns); the VNNI file enables its own
 # ISA (a target pragma), so both compile with AVX2's flags
 QUANT_BUILDS: dict[str, tuple[str, str, frozenset[str], int]] = {
     "avx512_vnni": ("specdec_quant_kernels_vnni", "avx512_vnni_quant_linear.cpp",
-                    frozenset({"avx2", "fma", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}), 16),
-    "avx2": ("specdec_quant_kernels", "avx2_quant_linear.cpp", frozenset({"avx2", "fma"}), 8),
+                    frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}), 16),
+    "avx2": ("specdec_quant_kernels", "avx2_quant_linear.cpp", frozenset({"avx2", "fma", "f16c"}), 8),
 }
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from specdec.quantization.kernel import quant_kernel, quant_tile_width
+from specdec.quantization.kernel import quant_kernel, quant_kernel_isa, quant_tile_width
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 
 
@@ -34,12 +34,23 @@ def _padded_columns(blocks: BlockWeights, extra: int) -> BlockWeights:
     return BlockWeights(blocks.kind, pad(blocks.q), pad(blocks.scales), pad(blocks.mins), pad(blocks.sub_scales))
 
 
-def pack_tiles(blocks: BlockWeights, width: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+def half_exact(scales: torch.Tensor) -> bool:
+    """Whether every scale is a finite float16 value (GGUF's Q8_0, Q5_0 and Q6_K store them so)."""
+    s = scales.float()
+    return bool(torch.isfinite(s).all()) and torch.equal(s.half().float(), s)
+
+
+def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False
+               ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(quants, scales, mins, sub_scales) in tiles of `width` columns (8: AVX2 build, 16: AVX512-VNNI), the
-    columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors."""
+    columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors. `half_scales`
+    stores the scales as float16 (only where half_exact: the same values, 2 bytes a block fewer to read)."""
+    if half_scales and not half_exact(blocks.scales):
+        raise ValueError("these scales are not all float16 values")
     padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
     return (
-        _tiled_quants(padded.q, padded.kind, width), _tiled(padded.scales.float(), width),
+        _tiled_quants(padded.q, padded.kind, width),
+        _tiled(padded.scales.half() if half_scales else padded.scales.float(), width),
         _tiled(padded.mins.float(), width) if padded.mins is not None else torch.empty(0),
         _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
         else torch.empty(0, dtype=torch.int16),
@@ -62,7 +73,8 @@ class QuantizedWeight:
         self.kind = blocks.kind
         self._kind_id = 0 if self.kind == "s8" else 1  # the kernels' `kind`
         self._width = quant_tile_width()  # the layout of the build that runs here
-        self._tiles = pack_tiles(blocks, self._width)
+        # the AVX2 build reads float16 scales: a GGUF's own make the Q8_0 LM head's pass 5% shorter
+        self._tiles = pack_tiles(blocks, self._width, quant_kernel_isa() == "avx2" and half_exact(blocks.scales))
 
     @property
     def shape(self) -> torch.Size:

@@ -18,7 +18,8 @@
 //     nor the threads (which split columns, never k) change a bit.
 // Layout: weights in tiles of 8 columns; per tile and block, groups of 4 k with the 8 columns side by side:
 // s8 [N / 8][blocks][8 groups][8 columns][4 bytes]; u4 [N / 8][blocks][4][8 columns][4 bytes], the low nibbles
-// holding groups 0-3 and the high ones groups 4-7. Scales and mins [N / 8][blocks][8] float, sub-scales
+// holding groups 0-3 and the high ones groups 4-7. Scales [N / 8][blocks][8] float32 or float16 (GGUF's own,
+// read exactly: fewer bytes for the memory-bound LM head), mins [N / 8][blocks][8] float32, sub-scales
 // [N / 8][blocks][8][2] int16: a tile streams from one contiguous range, and no sum crosses lanes.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
 #include <ATen/core/Tensor.h>
@@ -54,6 +55,12 @@ struct Activations {
   int64_t kp, blocks;
 };
 
+// 8 scales as float32: float16 ones widen exactly (F16C)
+inline __m256 load_scales(const float* p) { return _mm256_loadu_ps(p); }
+inline __m256 load_scales(const uint16_t* p) {
+  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
+
 // The R rows' 8 finished columns from `col` into y.
 template <int R>
 void store_rows(const __m256* acc, int64_t row0, const specdec_quant::OutputRows& y, int64_t col) {
@@ -67,8 +74,8 @@ void store_rows(const __m256* acc, int64_t row0, const specdec_quant::OutputRows
 // R rows against one tile (8 columns) of s8 weights, every block; y rows at stride ldy. A tile's block is 8
 // vectors, one per group of 4 k: column c's 4 bytes in lane c, so a lane's int32 sum is column c's dot
 // product and nothing is summed across lanes.
-template <int R, bool kSub>
-void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0,
+template <int R, bool kSub, typename S>
+void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations& a, int64_t row0,
              const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -84,7 +91,7 @@ void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activati
       sub_lo = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
       sub_hi = _mm256_srai_epi32(pair, 16);
     }
-    const __m256 sv = _mm256_loadu_ps(s + b * kTile);
+    const __m256 sv = load_scales(s + b * kTile);
     for (int r = 0; r < R; ++r) {
       const int64_t m = row0 + r;
       const int8_t* xq = a.q + m * a.kp + b * kBlock;
@@ -111,8 +118,8 @@ void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activati
 // R rows against one tile of u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h
 // and the high ones group h + 4. Products are at most 2 * 15 * 127 per int16 pair, so the 8 groups add up in
 // int16 without overflow (30480), and one madd per block widens them.
-template <int R>
-void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0,
+template <int R, typename S>
+void tile_u4(const uint8_t* w, const S* s, const float* mins, const Activations& a, int64_t row0,
              const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -127,7 +134,7 @@ void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activati
       wv[h] = _mm256_and_si256(raw, low4);
       wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
     }
-    const __m256 sv = _mm256_loadu_ps(s + b * kTile);
+    const __m256 sv = load_scales(s + b * kTile);
     const __m256 mv = _mm256_loadu_ps(mins + b * kTile);
     for (int r = 0; r < R; ++r) {
       const int64_t m = row0 + r;
@@ -188,26 +195,12 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
     }
 }
 
-}  // namespace
-
-// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 8 * tiles), float32 or with
-// out_bf16 bfloat16.
-// kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
-// kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
-at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
-                        int64_t kind, bool out_bf16) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
-  const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
-  const int64_t n_size = tiles * kTile;
-  const specdec_quant::OutputRows y(x, n_size, out_bf16);
-  if (m_size == 0 || n_size == 0) return y.y;
-  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
-  std::vector<float> xf;
-  std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
-  std::vector<float> dx(m_size * blocks), sx(m_size * blocks);
-  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data());
-  const Activations a{q.data(), absq.data(), dx.data(), sx.data(), k_size, blocks};
-  const float* sp = scales.data_ptr<float>();
+// Every tile against every row, the threads splitting tiles (columns) only.
+template <typename S>
+void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, const at::Tensor& mins,
+               const at::Tensor& sub_scales, int64_t kind, bool sub, int64_t tiles,
+               const specdec_quant::OutputRows& y) {
+  const int64_t m_size = y.y.size(0), blocks = a.blocks;
   const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
   const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
@@ -215,7 +208,7 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t t = 0; t < tiles; ++t) {
     const uint8_t* w = qp + t * tile_bytes;
-    const float* s = sp + t * blocks * kTile;
+    const S* s = sp + t * blocks * kTile;
     const int64_t col = t * kTile;
     if (kind == 1) {
       const float* mn = minp + t * blocks * kTile;
@@ -231,6 +224,31 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
       });
     }
   }
+}
+
+}  // namespace
+
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 8 * tiles), float32 or with
+// out_bf16 bfloat16.
+// kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
+at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
+                        int64_t kind, bool out_bf16) {
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock, true);
+  const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
+  const int64_t n_size = tiles * kTile;
+  const specdec_quant::OutputRows y(x, n_size, out_bf16);
+  if (m_size == 0 || n_size == 0) return y.y;
+  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
+  std::vector<float> xf;
+  std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
+  std::vector<float> dx(m_size * blocks), sx(m_size * blocks);
+  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data());
+  const Activations a{q.data(), absq.data(), dx.data(), sx.data(), k_size, blocks};
+  if (scales.scalar_type() == at::kHalf)
+    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, tiles, y);
+  else
+    run_tiles(scales.data_ptr<float>(), a, quants, mins, sub_scales, kind, sub, tiles, y);
   return y.y;
 }
 
