@@ -109,6 +109,41 @@ def test_float16_scales_give_the_reference_bits(kind, sub, monkeypatch):
     assert torch.equal(w.linear_rows(x[:5], torch.bfloat16), want[:5].to(torch.bfloat16))
 
 
+@pytest.mark.parametrize("half", [False, True])
+def test_q5_0_quants_in_five_bits_give_the_reference_bits(half, monkeypatch):
+    """s8 quants in -16..15 (GGUF's Q5_0) run in the AVX2 build's 5-bit layout (kind 2), with the bits of the
+    reference for every row count, float32 and float16 scales, a partial tile and a non-finite input."""
+    module = build_or_skip("avx2")
+    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
+    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
+    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
+    k, n = 640, 44
+    g = torch.Generator().manual_seed(8)
+    q = torch.randint(-16, 16, (n, k // BLOCK, BLOCK), generator=g, dtype=torch.int8)
+    q[0, 0] = -16  # both ends of the range
+    q[1, 0] = 15
+    scales = torch.rand(n, k // BLOCK, generator=g) * 0.01 + 1e-4
+    blocks = BlockWeights("s8", q, scales.half().float() if half else scales)
+    w = QuantizedWeight(blocks, k, "Q5_0")
+    assert w._kind_id == 2 and w._tiles[0].shape[2] == 5
+    assert w._tiles[1].dtype == (torch.float16 if half else torch.float32)
+    x = inputs(64, k, seed=9)
+    x[3, 100] = float("nan")
+    want = reference_linear(x, blocks)
+    assert want[3].isnan().all() and not want[2].isnan().any()
+    def same(a: torch.Tensor, b: torch.Tensor) -> bool:  # bit for bit, NaN where NaN
+        return torch.equal(a.isnan(), b.isnan()) and torch.equal(a.nan_to_num(0.0), b.nan_to_num(0.0))
+
+    for m in range(1, 65):
+        assert same(w.linear_float(x[:m]), want[:m]), m
+    assert same(w.linear_columns(x[:4], slice(9, 30)), want[:4, 9:30])
+    wide = BlockWeights("s8", torch.cat([q[:, :, :31], torch.full((n, k // BLOCK, 1), 16, dtype=torch.int8)], -1),
+                        blocks.scales)  # a 16: not Q5_0's range, so the s8 layout
+    assert QuantizedWeight(wide, k, "Q8_0")._kind_id == 0
+    with pytest.raises(ValueError, match="s5"):
+        pack_tiles(wide, 8, s5=True)
+
+
 @pytest.mark.parametrize("kind, sub", CASES)
 def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
     """linear_rows' bfloat16 output (rounded in the kernel as it stores) is the float32 result rounded by

@@ -18,8 +18,12 @@ def _tiled(t: torch.Tensor, width: int) -> torch.Tensor:
 def _tiled_quants(q: torch.Tensor, kind: str, width: int) -> torch.Tensor:
     """[N, blocks, 32] -> the kernels' layout: per tile and block, groups of 4 k with the tile's columns side
     by side ([N / width, blocks, 8, width, 4]); u4 packs group g + 4 into the high nibbles of group g
-    ([.., 4, width, 4])."""
+    ([.., 4, width, 4]); s5 (s8 quants in -16..15) is u4's layout of q + 16 and a fifth-bit plane ([.., 5, ..])."""
     n, blocks, _ = q.shape
+    if kind == "s5":  # u = q + 16: u4's nibbles, then a plane whose byte holds in bit g group g's fifth bit
+        u = (q.to(torch.int16) + 16).to(torch.uint8)
+        fifth = (_tiled_quants(u >> 4, "s8", width).to(torch.int16) << torch.arange(8).view(1, 1, 8, 1, 1)).sum(2)
+        return torch.cat([_tiled_quants(u & 15, "u4", width), fifth.to(torch.uint8).unsqueeze(2)], dim=2)
     g = q.reshape(n // width, width, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [tiles, blocks, group, column, 4]
     if kind == "s8":
         return g.contiguous()
@@ -40,16 +44,25 @@ def half_exact(scales: torch.Tensor) -> bool:
     return bool(torch.isfinite(s).all()) and torch.equal(s.half().float(), s)
 
 
-def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False
+def fits_s5(blocks: BlockWeights) -> bool:
+    """Whether s8 quants without sub-scales all lie in -16..15 (GGUF's Q5_0): the AVX2 build reads them in 5 bits."""
+    return (blocks.kind == "s8" and blocks.sub_scales is None and blocks.q.numel() > 0
+            and int(blocks.q.min()) >= -16 and int(blocks.q.max()) <= 15)
+
+
+def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: bool = False
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(quants, scales, mins, sub_scales) in tiles of `width` columns (8: AVX2 build, 16: AVX512-VNNI), the
     columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors. `half_scales`
-    stores the scales as float16 (only where half_exact: the same values, 2 bytes a block fewer to read)."""
+    stores the scales as float16 (only where half_exact: the same values, 2 bytes a block fewer to read); `s5`
+    the quants in 5 bits (only where fits_s5; the AVX2 build's kind 2)."""
     if half_scales and not half_exact(blocks.scales):
         raise ValueError("these scales are not all float16 values")
+    if s5 and not fits_s5(blocks):
+        raise ValueError("s5 needs s8 quants in -16..15 without sub-scales")
     padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
     return (
-        _tiled_quants(padded.q, padded.kind, width),
+        _tiled_quants(padded.q, "s5" if s5 else padded.kind, width),
         _tiled(padded.scales.half() if half_scales else padded.scales.float(), width),
         _tiled(padded.mins.float(), width) if padded.mins is not None else torch.empty(0),
         _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
@@ -71,10 +84,13 @@ class QuantizedWeight:
             raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
-        self._kind_id = 0 if self.kind == "s8" else 1  # the kernels' `kind`
         self._width = quant_tile_width()  # the layout of the build that runs here
-        # the AVX2 build reads float16 scales: a GGUF's own make the Q8_0 LM head's pass 5% shorter
-        self._tiles = pack_tiles(blocks, self._width, quant_kernel_isa() == "avx2" and half_exact(blocks.scales))
+        # the AVX2 build reads float16 scales (a GGUF's own: the Q8_0 LM head's pass 5% shorter) and Q5_0's
+        # quants in 5 bits (22 bytes a block instead of 34: the MLP's gate_up), with the same bits
+        avx2 = quant_kernel_isa() == "avx2"
+        s5 = avx2 and fits_s5(blocks)
+        self._kind_id = 2 if s5 else 0 if self.kind == "s8" else 1  # the kernels' `kind`
+        self._tiles = pack_tiles(blocks, self._width, avx2 and half_exact(blocks.scales), s5)
 
     @property
     def shape(self) -> torch.Size:

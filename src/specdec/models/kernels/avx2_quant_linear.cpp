@@ -16,9 +16,13 @@
 //     with no fused multiply-add (built with -ffp-contract=off). The integer part is exact in any order, and
 //     the float part is one fixed chain per element, so neither the rows sharing the call, nor the blocking,
 //     nor the threads (which split columns, never k) change a bit.
+// s5 is s8 with quants in -16..15 (GGUF's Q5_0) stored in 5 bits: u = q + 16 as u4's nibbles plus a bit plane
+// of u's fifth bits, 22 bytes a block instead of 34; isum = (the unsigned products' sum) - 16 * bsum, the same
+// integer, so the same bits as s8 with 35% fewer bytes to read.
 // Layout: weights in tiles of 8 columns; per tile and block, groups of 4 k with the 8 columns side by side:
 // s8 [N / 8][blocks][8 groups][8 columns][4 bytes]; u4 [N / 8][blocks][4][8 columns][4 bytes], the low nibbles
-// holding groups 0-3 and the high ones groups 4-7. Scales [N / 8][blocks][8] float32 or float16 (GGUF's own,
+// holding groups 0-3 and the high ones groups 4-7; s5 [N / 8][blocks][5][8 columns][4 bytes], u4's four vectors
+// and a fifth whose byte (column, j) holds in bit g the fifth bit of group g's byte. Scales [N / 8][blocks][8] float32 or float16 (GGUF's own,
 // read exactly: fewer bytes for the memory-bound LM head), mins [N / 8][blocks][8] float32, sub-scales
 // [N / 8][blocks][8][2] int16: a tile streams from one contiguous range, and no sum crosses lanes.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
@@ -52,6 +56,7 @@ struct Activations {
   const int8_t* absq;  // |q|, the unsigned operand of the s8 products
   const float* dx;     // [M][blocks]
   const float* sx;     // [M][blocks] dx * float(bsum)
+  const int32_t* bsum;  // [M][blocks] sum of the block's quants (0 where x is not finite)
   int64_t kp, blocks;
 };
 
@@ -154,6 +159,54 @@ void tile_u4(const uint8_t* w, const S* s, const float* mins, const Activations&
   store_rows<R>(acc, row0, y, col);
 }
 
+// R rows against one tile of s5 weights: u4's nibbles with the fifth bits OR-ed in from the bit plane. The
+// unsigned products reach 2 * 31 * 127 per int16 pair, so each half of the block is widened on its own.
+template <int R, typename S>
+void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, const specdec_quant::OutputRows& y,
+             int64_t col) {
+  __m256 acc[R];
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
+  const __m256i ones = _mm256_set1_epi16(1);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  const __m256i bit4 = _mm256_set1_epi8(0x10);
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* wb = w + b * kTile * 20;
+    for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + PF_AHEAD + 64 * l), _MM_HINT_T0);
+    __m256i wv[8];
+    for (int h = 0; h < 4; ++h) {
+      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
+      wv[h] = _mm256_and_si256(raw, low4);
+      wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    }
+    // bit g of each plane byte to bit 4 (shifts within 16-bit lanes: the mask keeps each byte's own bit)
+    const __m256i plane = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 4 * kBlock));
+    wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(plane, 4), bit4));
+    wv[1] = _mm256_or_si256(wv[1], _mm256_and_si256(_mm256_slli_epi16(plane, 3), bit4));
+    wv[2] = _mm256_or_si256(wv[2], _mm256_and_si256(_mm256_slli_epi16(plane, 2), bit4));
+    wv[3] = _mm256_or_si256(wv[3], _mm256_and_si256(_mm256_slli_epi16(plane, 1), bit4));
+    wv[4] = _mm256_or_si256(wv[4], _mm256_and_si256(plane, bit4));
+    wv[5] = _mm256_or_si256(wv[5], _mm256_and_si256(_mm256_srli_epi16(plane, 1), bit4));
+    wv[6] = _mm256_or_si256(wv[6], _mm256_and_si256(_mm256_srli_epi16(plane, 2), bit4));
+    wv[7] = _mm256_or_si256(wv[7], _mm256_and_si256(_mm256_srli_epi16(plane, 3), bit4));
+    const __m256 sv = load_scales(s + b * kTile);
+    for (int r = 0; r < R; ++r) {
+      const int64_t m = row0 + r;
+      const int8_t* xq = a.q + m * a.kp + b * kBlock;
+      __m256i half16[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+      for (int g = 0; g < 8; ++g) {
+        int32_t xg;
+        std::memcpy(&xg, xq + 4 * g, 4);
+        half16[g >> 2] = _mm256_add_epi16(half16[g >> 2], _mm256_maddubs_epi16(wv[g], _mm256_set1_epi32(xg)));
+      }
+      const __m256i usum = _mm256_add_epi32(_mm256_madd_epi16(half16[0], ones), _mm256_madd_epi16(half16[1], ones));
+      const __m256i isum = _mm256_sub_epi32(usum, _mm256_set1_epi32(16 * a.bsum[m * a.blocks + b]));
+      const __m256 t = _mm256_mul_ps(sv, _mm256_set1_ps(a.dx[m * a.blocks + b]));
+      acc[r] = _mm256_add_ps(acc[r], _mm256_mul_ps(_mm256_cvtepi32_ps(isum), t));
+    }
+  }
+  store_rows<R>(acc, row0, y, col);
+}
+
 // Calls f(R, m) over the rows in blocks of 4, then one block of the 1-3 left (R a compile-time constant).
 template <typename F>
 void for_row_blocks(int64_t m_size, F&& f) {
@@ -168,7 +221,8 @@ void for_row_blocks(int64_t m_size, F&& f) {
 }
 
 // Quantizes rows of x (float32 [M, K], K a multiple of 32) per block of 32, see the header.
-void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, int8_t* absq, float* dx, float* sx) {
+void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, int8_t* absq, float* dx, float* sx,
+                   int32_t* bsum) {
   const int64_t blocks = k_size / kBlock;
   for (int64_t m = 0; m < m_size; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
@@ -177,6 +231,7 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
         std::memset(q + m * k_size + b * kBlock, 0, kBlock);
         std::memset(absq + m * k_size + b * kBlock, 0, kBlock);
         dx[m * blocks + b] = sx[m * blocks + b] = specdec_quant::kNaN;
+        bsum[m * blocks + b] = 0;
         continue;
       }
       float amax = 0.0f;
@@ -192,6 +247,7 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
       }
       dx[m * blocks + b] = d;
       sx[m * blocks + b] = d * static_cast<float>(sum);
+      bsum[m * blocks + b] = sum;
     }
 }
 
@@ -201,7 +257,7 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
                const at::Tensor& sub_scales, int64_t kind, bool sub, int64_t tiles,
                const specdec_quant::OutputRows& y) {
   const int64_t m_size = y.y.size(0), blocks = a.blocks;
-  const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
+  const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
   const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
   const float* minp = kind == 1 ? mins.data_ptr<float>() : nullptr;
@@ -210,7 +266,9 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
     const uint8_t* w = qp + t * tile_bytes;
     const S* s = sp + t * blocks * kTile;
     const int64_t col = t * kTile;
-    if (kind == 1) {
+    if (kind == 2) {
+      for_row_blocks(m_size, [&](auto r, int64_t m) { tile_s5<decltype(r)::value>(w, s, a, m, y, col); });
+    } else if (kind == 1) {
       const float* mn = minp + t * blocks * kTile;
       for_row_blocks(m_size, [&](auto r, int64_t m) { tile_u4<decltype(r)::value>(w, s, mn, a, m, y, col); });
     } else if (sub) {
@@ -231,7 +289,8 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
 // x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 8 * tiles), float32 or with
 // out_bf16 bfloat16.
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
-// kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8].
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8];
+// kind 2 (s5): quants uint8 [tiles, blocks, 5, 8, 4] (see the header).
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
   const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock, true);
@@ -243,8 +302,10 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
   std::vector<float> xf;
   std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
   std::vector<float> dx(m_size * blocks), sx(m_size * blocks);
-  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data());
-  const Activations a{q.data(), absq.data(), dx.data(), sx.data(), k_size, blocks};
+  std::vector<int32_t> bsum(m_size * blocks);
+  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data(),
+                bsum.data());
+  const Activations a{q.data(), absq.data(), dx.data(), sx.data(), bsum.data(), k_size, blocks};
   if (scales.scalar_type() == at::kHalf)
     run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, tiles, y);
   else
