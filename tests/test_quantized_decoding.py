@@ -8,8 +8,11 @@ import pytest
 import torch
 
 from specdec import LLM, SamplingParams
+from specdec.models import fast_linear
+from specdec.models.decoder import DecoderLayer
 from specdec.models.loading import load_model
-from specdec.quantization import QuantizedLinear
+from specdec.quantization import QuantizedLinear, quantized_weight
+from specdec.models.runtime import ForwardCall, forward_batch
 from specdec.verification import sampling_probs
 
 from eagle3_helpers import make_random_eagle3
@@ -135,3 +138,47 @@ def test_bad_quantization_values_are_clear_errors(zoo):
         load_model(zoo.path("llama"), quantization="int8", native=False)
     with pytest.raises(ValueError, match="does not match the loaded model"):
         LLM(loaded=zoo.load("llama"), quantization="int8")
+
+
+@pytest.mark.parametrize("name", ["gemma_untied", "llama", "qwen3", "qwen2_sliding"])
+@pytest.mark.parametrize("mode", ["int8", "int4"])
+def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch, name, mode):
+    """A layer whose linears are quantized runs in one C++ call (kernels/avx2_decoder_layer.cpp); the Python
+    steps it replaces give the same logits: a prefill, a chain and a tree, one sequence and two in a batch.
+    Qwen2's projections have biases: that layer keeps the Python path."""
+    kern = fast_linear.kernel()
+    if kern is None or quantized_weight.quant_kernel() is None or not hasattr(kern, "quant_decoder_layer"):
+        pytest.skip("needs the CPU kernels and the quantized-linear kernel")
+    loaded = quantized(name, mode)
+    biased = name.startswith("qwen2")
+    assert all((layer.quant_layer_args is None) == biased for layer in loaded.decoder.layers)
+    fused_calls = []
+    one_call = DecoderLayer._quant_layer_call
+
+    def counted(self, *args):
+        out = one_call(self, *args)
+        fused_calls.append(out is not None)
+        return out
+
+    def run() -> list[torch.Tensor]:
+        first, second = loaded.new_runtime(), loaded.new_runtime()
+        first.reset(48)
+        second.reset(48)
+        out = [first.forward(list(range(3, 17))).logits]
+        first.commit(range(14))
+        out.append(first.forward([7, 8, 9, 10]).logits)  # a chain
+        first.commit([0, 1])
+        out.append(first.forward([4, 5, 6, 11], parents=[-1, 0, 0, 1]).logits)  # a tree
+        first.commit([0, 1])
+        second.forward(list(range(20, 29)))
+        second.commit(range(9))
+        both = forward_batch([first, second], [ForwardCall([12, 13], None), ForwardCall([14, 15, 16], None)])
+        return out + [r.logits for r in both]
+
+    monkeypatch.setattr(DecoderLayer, "_quant_layer_call", counted)
+    fused = run()
+    assert fused_calls and all(fused_calls) != biased and any(fused_calls) != biased
+    monkeypatch.setattr(DecoderLayer, "_quant_layer_call", lambda self, *args: None)
+    python = run()
+    for a, b in zip(fused, python):
+        assert torch.equal(a, b)

@@ -118,6 +118,14 @@ class QuantizedWeight:
         y = kernel.quant_linear(x, *self._tiles, self._kind_id, dtype == torch.bfloat16)
         return y if y.shape[1] == self.out_features else y[:, : self.out_features]
 
+    def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:
+        """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
+        them, and that function's address (0 without a build here) for a C++ caller such as
+        decoder.DecoderLayer's one-call layer."""
+        module = quant_kernel()
+        address = int(module.quant_linear_address()) if hasattr(module, "quant_linear_address") else 0
+        return self._tiles, self._kind_id, address
+
     def column_blocks(self, columns: slice | torch.Tensor) -> BlockWeights:
         b = self.blocks
         pick = (lambda t: None if t is None else t[columns])

@@ -32,6 +32,14 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
                            std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
+at::Tensor quant_decoder_layer(at::Tensor h, int64_t quant_linear_address, std::vector<at::Tensor> tiles,
+                               std::vector<int64_t> kinds, std::vector<int64_t> out_features,
+                               std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
+                               std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin,
+                               std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
+                               std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
+                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
+                               at::Tensor positions, int64_t window, double attn_scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef SPECDEC_AMX
@@ -64,6 +72,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
   m.def("draft_attention", &draft_attention, "the drafters' causal attention of every sequence of a step over "
         "its own float32 cache, float32 out");
+  m.def("quant_decoder_layer", &quant_decoder_layer, "one decoder layer whose four linears are quantized, in one "
+        "call: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");
 }

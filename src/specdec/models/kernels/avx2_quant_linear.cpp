@@ -313,7 +313,12 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
   return y.y;
 }
 
+// quant_linear's address, for the CPU module's quant_decoder_layer (kernels/avx2_decoder_layer.cpp), which calls
+// it without going back through Python
+int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear); }
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);
