@@ -140,11 +140,12 @@ def test_bad_quantization_values_are_clear_errors(zoo):
         LLM(loaded=zoo.load("llama"), quantization="int8")
 
 
-@pytest.mark.parametrize("name", ["gemma_untied", "llama", "qwen3", "qwen2_sliding"])
+@pytest.mark.parametrize("name", ["gemma_untied", "llama", "mistral", "qwen3", "qwen2_sliding"])
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch, name, mode):
     """A layer whose linears are quantized runs in one C++ call (kernels/avx2_decoder_layer.cpp); the Python
-    steps it replaces give the same logits: a prefill, a chain and a tree, one sequence and two in a batch.
+    steps it replaces give the same logits: a prefill, a chain and a tree, one sequence and two in a batch,
+    sliding windows (Gemma, Mistral: 8 tokens) included.
     Qwen2's projections have biases: that layer keeps the Python path."""
     kern = fast_linear.kernel()
     if kern is None or quantized_weight.quant_kernel() is None or not hasattr(kern, "quant_decoder_layer"):

@@ -68,4 +68,3 @@ def quant_tile_width(isa: str | None = None) -> int:
     """Columns per tile of `isa`'s layout (default: the build quant_kernel() returns; 8 without one)."""
     isa = isa or quant_kernel_isa()
     return QUANT_BUILDS[isa][3] if isa else 8
-
