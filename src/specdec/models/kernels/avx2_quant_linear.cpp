@@ -120,6 +120,16 @@ void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations&
   store_rows<R>(acc, row0, y, col);
 }
 
+// A u4 block's 8 group vectors from its 4 vectors of nibbles (the low ones group h, the high ones group h + 4)
+inline void unpack_nibbles(const uint8_t* wb, __m256i* wv) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  for (int h = 0; h < 4; ++h) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
+    wv[h] = _mm256_and_si256(raw, low4);
+    wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+  }
+}
+
 // R rows against one tile of u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h
 // and the high ones group h + 4. Products are at most 2 * 15 * 127 per int16 pair, so the 8 groups add up in
 // int16 without overflow (30480), and one madd per block widens them.
@@ -129,16 +139,11 @@ void tile_u4(const uint8_t* w, const S* s, const float* mins, const Activations&
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * (kBlock / 2);
     for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + PF_AHEAD + 64 * l), _MM_HINT_T0);
     __m256i wv[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
-      wv[h] = _mm256_and_si256(raw, low4);
-      wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    }
+    unpack_nibbles(wb, wv);
     const __m256 sv = load_scales(s + b * kTile);
     const __m256 mv = _mm256_loadu_ps(mins + b * kTile);
     for (int r = 0; r < R; ++r) {
@@ -167,17 +172,12 @@ void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, c
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
   const __m256i ones = _mm256_set1_epi16(1);
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
   const __m256i bit4 = _mm256_set1_epi8(0x10);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * 20;
     for (int l = 0; l < 3; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + PF_AHEAD + 64 * l), _MM_HINT_T0);
     __m256i wv[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
-      wv[h] = _mm256_and_si256(raw, low4);
-      wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    }
+    unpack_nibbles(wb, wv);
     // bit g of each plane byte to bit 4 (shifts within 16-bit lanes: the mask keeps each byte's own bit)
     const __m256i plane = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + 4 * kBlock));
     wv[0] = _mm256_or_si256(wv[0], _mm256_and_si256(_mm256_slli_epi16(plane, 4), bit4));
