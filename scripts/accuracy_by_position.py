@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
-"""A drafter's teacher-forced accuracy against the position in the context, on long held-out texts.
+"""A learned drafter's (EAGLE-3, MTP, Medusa) teacher-forced accuracy against the position in the context, on long held-out texts.
 
 Each text is read as a prompt-only sample: every position is scored against the target's most likely
-token there (the trainer's `--prompt-samples` labels), step by step of EAGLE-3's training-time test.
+token there (the trainer's `--prompt-samples` labels), step by step of the drafter's own training objective (EAGLE-3's training-time test, MTP's
+depths, Medusa's heads).
 Positions are bucketed (<256, 256-512, 512-1k, 1-2k, 2-4k tokens). Variants separate the causes:
 
 - `full`: as at inference (context_vocab on, attention over the whole context);
 - `static`: context_vocab off (how much of the accuracy is copying rare prompt tokens);
-- `window512`: the drafter attends to its last 512 positions only (long attention vs. the rest);
-- `interp`: full attention with rotary positions squeezed into the trained range (relative distances
+- `window512` (EAGLE-3): the drafter attends to its last 512 positions only (long attention vs. the rest);
+- `interp` (EAGLE-3): full attention with rotary positions squeezed into the trained range (relative distances
   beyond the training lengths vs. the number of keys).
 
     .venv/bin/python scripts/accuracy_by_position.py gemma-3-270m-eagle3 --variants full,static
@@ -99,9 +100,54 @@ def interpolated_qkv(attn, scale: float):
     return qkv
 
 
+def drafter_scorer(method: str, target, directory: Path, cache: Path | None, steps: int):
+    """(score, objective, attention): score(ids, prompt_len, feats, score_prompt, hits, context_head, window)
+    fills `hits` with (draft step, positions, right) from the method's own training objective; the
+    attention module (eagle3 only) is where the window and interp variants act."""
+    if method == "eagle3":
+        from specdec.training.eagle3_objective import ttt_loss
+        from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
+
+        obj = Eagle3Objective(target, [], Eagle3TrainOptions(init_from=directory, score_prompt=True), cache, 8 << 30)
+        model = obj.model.eval()
+
+        def score(ids, prompt_len, feats, score_prompt, hits, context_head, window):
+            # bf16 autocast as the cards' first (before) table was measured
+            with torch.autocast("cpu", dtype=torch.bfloat16):
+                ttt_loss(model, ids, prompt_len, feats, steps, 0.8, obj.t2d_index, score_prompt=score_prompt,
+                         hits=hits, context_head=context_head, window=window)
+
+        return score, obj, model.layers[0].self_attn
+    if method == "mtp":
+        from specdec.training.mtp_objective import mtp_loss, step_weights
+        from specdec.training.train_mtp import MTPObjective, MTPTrainOptions
+
+        obj = MTPObjective(target, [], MTPTrainOptions(init_from=directory, steps=steps), cache, 8 << 30)
+        model = obj.model.eval()
+
+        def score(ids, prompt_len, feats, score_prompt, hits, context_head, window):
+            mtp_loss(model, ids, prompt_len, feats.final_hidden, step_weights(steps, 0.6), obj.t2d_index,
+                     score_prompt=score_prompt, context_head=context_head, hits=hits)
+
+        return score, obj, None
+    if method == "medusa":
+        from specdec.training.medusa_objective import medusa_loss
+        from specdec.training.train_medusa import MedusaObjective, MedusaTrainOptions
+
+        obj = MedusaObjective(target, [], MedusaTrainOptions(init_from=directory), cache, 8 << 30)
+        model = obj.model.eval()
+
+        def score(ids, prompt_len, feats, score_prompt, hits, context_head, window):
+            medusa_loss(model, ids, prompt_len, feats.final_hidden, 0.8, obj.t2d_index, score_prompt, context_head,
+                        hits=hits)
+
+        return score, obj, None
+    raise SystemExit(f"accuracy by position covers eagle3, mtp and medusa drafters, not {method}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("drafter", help="eagle3 drafter directory or shipped name")
+    ap.add_argument("drafter", help="eagle3, mtp or medusa drafter: a directory or a shipped name")
     ap.add_argument("--variants", default="full,static,window512,interp")
     ap.add_argument("--per-kind", type=int, default=6)
     ap.add_argument("--steps", type=int, default=4)
@@ -115,18 +161,17 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from specdec.api import LLM
-    from specdec.bench.prompts import render_prompt
     from specdec.drafting.shipped import resolve_drafter
-    from specdec.training.eagle3_objective import ttt_loss
-    from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
+    from specdec.training.drafter_info import drafter_info
 
     target = LLM("gemma-3-270m").model
-    options = Eagle3TrainOptions(init_from=resolve_drafter(args.drafter), score_prompt=True)
+    method = drafter_info(args.drafter)["method"]
     cache = Path(args.feature_cache) if args.feature_cache else None
-    obj = Eagle3Objective(target, [], options, cache, 8 << 30)
-    model = obj.model.eval()
-    attn = model.layers[0].self_attn
-    plain_qkv = attn.qkv
+    score, obj, attn = drafter_scorer(method, target, resolve_drafter(args.drafter), cache, args.steps)
+    bad = [v for v in args.variants.split(",") if v not in ("full", "static") and attn is None]
+    if bad:
+        ap.error(f"variants {', '.join(bad)} need the drafter's own attention (eagle3); {method} has full, static")
+    plain_qkv = attn.qkv if attn is not None else None
     trained_len = 1280  # the longest samples the shipped drafters trained on
 
     if args.data:
@@ -147,15 +192,16 @@ def main() -> None:
             else:
                 (ids, prompt_len), score_prompt = text, False
             feats = obj.features.get(ids)
-            scale = min(1.0, trained_len / len(ids)) if variant == "interp" else 1.0
-            attn.qkv = interpolated_qkv(attn, scale) if scale != 1.0 else plain_qkv
+            if attn is not None:
+                scale = min(1.0, trained_len / len(ids)) if variant == "interp" else 1.0
+                attn.qkv = interpolated_qkv(attn, scale) if scale != 1.0 else plain_qkv
             hits: list = []
-            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-                ttt_loss(model, torch.tensor(ids), prompt_len, feats, args.steps, 0.8, obj.t2d_index,
-                         score_prompt=score_prompt, hits=hits,
-                         context_head=None if variant == "static" else obj.context_head,
-                         window=512 if variant == "window512" else None)
+            with torch.no_grad():
+                score(torch.tensor(ids), prompt_len, feats, score_prompt, hits,
+                      None if variant == "static" else obj.context_head, 512 if variant == "window512" else None)
             for j, pos, right in hits:
+                if j >= args.steps:  # a drafter with more heads than --steps
+                    continue
                 b = torch.bucketize(pos, torch.tensor(BUCKETS[1:]), right=True)
                 for i in range(len(BUCKETS) - 1):
                     sel = b == i
@@ -170,7 +216,8 @@ def main() -> None:
                     for key in ((kind, "response+" + bucket_name(i, OFFSETS)), ("all", "response+" + bucket_name(i, OFFSETS))):
                         hits_by[key][j][0] += int(right[sel].sum())
                         hits_by[key][j][1] += int(sel.sum())
-        attn.qkv = plain_qkv
+        if attn is not None:
+            attn.qkv = plain_qkv
         table = {}
         for (kind, name), per_step in sorted(hits_by.items(), key=lambda kv: (kv[0][0], "+" in kv[0][1],
                                                                          int(kv[0][1].split("+")[-1].split("-")[0]))):

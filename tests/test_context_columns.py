@@ -126,6 +126,36 @@ def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
     assert all(torch.isfinite(p.grad).all() for p in drafter.parameters() if p.grad is not None)
 
 
+@pytest.mark.parametrize("method", ["mtp", "medusa"])
+def test_mtp_and_medusa_hits_agree_with_their_step_metrics(zoo, method):
+    """`hits` (accuracy by position, scripts/accuracy_by_position.py) holds exactly the scored rows: per
+    draft step as many as counted, as many right as correct, each at the position before a response label."""
+    target = zoo.load("llama", "float32")
+    dec = target.decoder
+    static = torch.arange(8)
+    if method == "mtp":
+        drafter = random_mtp(dec.arch, target.vocab_size, draft_ids=static)
+        drafter.attach_target(dec)
+    else:
+        torch.manual_seed(0)
+        drafter = MedusaHeads(MedusaConfig(dec.arch.hidden_size, 2, 1, target.vocab_size, 8, dec.arch.final_logit_softcap))
+        drafter.set_draft_vocab(static)
+        drafter.attach_target(dec.head_weight())
+    prompt = torch.randint(8, target.vocab_size, (12,), generator=torch.Generator().manual_seed(1))
+    ids = torch.cat([prompt, prompt])
+    final = FeatureExtractor(target, [0]).compute(ids.tolist()).final_hidden
+    index, hits = drafter.target_to_draft(), []
+    if method == "mtp":
+        _, m = mtp_loss(drafter, ids, 12, final, [0.6, 0.4], index, context_head=dec.head_weight(), hits=hits)
+    else:
+        _, m = medusa_loss(drafter, ids, 12, final, 0.8, index, context_head=dec.head_weight(), hits=hits)
+    assert [j for j, _, _ in hits] == [j for j, n in enumerate(m.counted) if n]
+    for j, pos, right in hits:
+        assert pos.numel() == m.counted[j] and int(right.sum()) == m.correct[j]
+        # step j drafts the token j + 1 after the last committed one: the label at pos + 1 is a response token
+        assert int(pos.min()) >= 12 - 1 and int(pos.max()) <= ids.numel() - 2
+
+
 def test_dflash_loss_scores_copied_tokens_opened_at_the_anchor(zoo):
     """DFlash drafts every slot of a block after ids[: anchor + 1] (the anchor is the pending token, which
     ContextVocab.follow has seen): a response that repeats its prompt scores each copy once its token has

@@ -29,10 +29,12 @@ class MedusaMetrics(StepMetrics):
 
 def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hidden: torch.Tensor, decay: float,
                 t2d_index: torch.Tensor, score_prompt: bool = False,
-                context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, MedusaMetrics]:
+                context_head: torch.Tensor | None = None,
+                hits: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None) -> tuple[torch.Tensor, MedusaMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily.
     `context_head` (the target's whole LM head) adds context columns: head k at position i drafts after
-    the committed context ids[: i + 2]."""
+    the committed context ids[: i + 2]. `hits`, when given, receives (draft step k, the position before each
+    scored label, whether it was right), as eagle3_objective.ttt_loss does."""
     c = heads.config
     T = ids.shape[0]
     first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
@@ -64,4 +66,6 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
             rank = (logits > logits.gather(1, labels[:, None])).sum(-1).clamp_(max=TOP_K)
             ranks[k] += torch.bincount(rank, minlength=TOP_K + 1).cpu()
         correct.append(int((rank == 0).sum()))
+        if hits is not None:
+            hits.append((k, rows + 1 + k, rank == 0))
     return total, MedusaMetrics(float(total.detach()), correct, counted, ranks)

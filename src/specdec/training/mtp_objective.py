@@ -30,10 +30,12 @@ def step_weights(steps: int, beta: float) -> list[float]:
 
 def mtp_loss(drafter: MTPDrafter, ids: torch.Tensor, prompt_len: int, final_hidden: torch.Tensor,
              weights: Sequence[float], t2d_index: torch.Tensor,
-             score_prompt: bool = False, context_head: torch.Tensor | None = None) -> tuple[torch.Tensor, StepMetrics]:
+             score_prompt: bool = False, context_head: torch.Tensor | None = None,
+             hits: list[tuple[int, torch.Tensor, torch.Tensor]] | None = None) -> tuple[torch.Tensor, StepMetrics]:
     """Loss of one sequence `ids` [T] whose tokens from `prompt_len` on the target wrote greedily.
     `context_head` (the target's whole LM head) adds context columns: depth k at position i drafts after
-    the committed context ids[: i + 2]."""
+    the committed context ids[: i + 2]. `hits`, when given, receives (draft step k - 1, the position before
+    each scored label, whether it was right), as eagle3_objective.ttt_loss does."""
     T = ids.shape[0]
     first = 0 if score_prompt else max(prompt_len - 1, 0)  # positions whose next token is scored
     assert drafter._target is not None
@@ -60,5 +62,8 @@ def mtp_loss(drafter: MTPDrafter, ids: torch.Tensor, prompt_len: int, final_hidd
         if extra is not None:
             logits = extra.extend(logits, normed, rows + 1, softcap)
         total = total + weights[k - 1] * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
-        correct.append(int((logits.argmax(-1) == labels).sum()))
+        right = logits.argmax(-1) == labels
+        correct.append(int(right.sum()))
+        if hits is not None:
+            hits.append((k - 1, rows + k, right))
     return total, StepMetrics(float(total.detach()), correct, counted)
