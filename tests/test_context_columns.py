@@ -94,8 +94,9 @@ def test_ttt_loss_scores_copied_tokens_outside_the_vocabulary(zoo):
     assert grads and all(torch.isfinite(g).all() for g in grads)
 
 
-@pytest.mark.parametrize("method", ["mtp", "medusa"])
-def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
+def _mtp_or_medusa_on_a_repeated_prompt(zoo, method: str):
+    """(target decoder, a random drafter over an 8-token draft vocabulary, ids, final hidden states): a
+    12-token prompt of tokens outside that vocabulary, then the same 12 as the response."""
     target = zoo.load("llama", "float32")
     dec = target.decoder
     static = torch.arange(8)
@@ -109,7 +110,12 @@ def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
         drafter.attach_target(dec.head_weight())
     prompt = torch.randint(8, target.vocab_size, (12,), generator=torch.Generator().manual_seed(1))
     ids = torch.cat([prompt, prompt])
-    final = FeatureExtractor(target, [0]).compute(ids.tolist()).final_hidden
+    return dec, drafter, ids, FeatureExtractor(target, [0]).compute(ids.tolist()).final_hidden
+
+
+@pytest.mark.parametrize("method", ["mtp", "medusa"])
+def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
+    dec, drafter, ids, final = _mtp_or_medusa_on_a_repeated_prompt(zoo, method)
     index = drafter.target_to_draft()
 
     def loss(head):
@@ -130,20 +136,7 @@ def test_mtp_and_medusa_losses_score_copied_tokens_too(zoo, method):
 def test_mtp_and_medusa_hits_agree_with_their_step_metrics(zoo, method):
     """`hits` (accuracy by position, scripts/accuracy_by_position.py) holds exactly the scored rows: per
     draft step as many as counted, as many right as correct, each at the position before a response label."""
-    target = zoo.load("llama", "float32")
-    dec = target.decoder
-    static = torch.arange(8)
-    if method == "mtp":
-        drafter = random_mtp(dec.arch, target.vocab_size, draft_ids=static)
-        drafter.attach_target(dec)
-    else:
-        torch.manual_seed(0)
-        drafter = MedusaHeads(MedusaConfig(dec.arch.hidden_size, 2, 1, target.vocab_size, 8, dec.arch.final_logit_softcap))
-        drafter.set_draft_vocab(static)
-        drafter.attach_target(dec.head_weight())
-    prompt = torch.randint(8, target.vocab_size, (12,), generator=torch.Generator().manual_seed(1))
-    ids = torch.cat([prompt, prompt])
-    final = FeatureExtractor(target, [0]).compute(ids.tolist()).final_hidden
+    dec, drafter, ids, final = _mtp_or_medusa_on_a_repeated_prompt(zoo, method)
     index, hits = drafter.target_to_draft(), []
     if method == "mtp":
         _, m = mtp_loss(drafter, ids, 12, final, [0.6, 0.4], index, context_head=dec.head_weight(), hits=hits)
