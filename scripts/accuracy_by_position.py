@@ -161,6 +161,7 @@ def main() -> None:
     torch.set_num_threads(args.threads)
 
     from specdec.api import LLM
+    from specdec.bench.prompts import render_prompt
     from specdec.drafting.shipped import resolve_drafter
     from specdec.training.drafter_info import drafter_info
 
