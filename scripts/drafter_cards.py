@@ -26,10 +26,12 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
 # The commands as they were run, when the shipped drafters were in the repository's top-level drafters/ folder
 # (now src/specdec/drafters/; --init-from also takes a drafter's name, e.g. gemma-3-270m-eagle3)
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data datasets/gemma-3-270m-distill-128 --output out/train/eagle3-s16b "
-              "--init-from drafters/gemma-3-270m-eagle3 --max-steps 700 --tokens-per-step 2048 --warmup-steps 20 "
-              "--checkpoint-every 25 --threads 1 --max-seq-len 1280 --cache-budget-gb 12 --lr 5e-5 --feature-cache "
-              "data/fc-b",
+    "eagle3": "specdec train eagle3 --data data/long-train-all,datasets/gemma-3-270m-distill-128-s19 --output "
+              "out/train/eagle3-long4 --init-from gemma-3-270m-eagle3 --max-steps 800 --tokens-per-step 2048 --lr "
+              "1.5e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4096 --feature-cache "
+              "data/fc-long2 --cache-budget-gb 16` (`data/long-train-all`: lines 13-686 of the committed "
+              "`datasets/gemma-3-270m-distill-long`, whose first 12 samples are the accuracy-by-position set below; "
+              "`datasets/gemma-3-270m-distill-128-s19` brings code and math",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1500 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
@@ -76,9 +78,14 @@ def describe(data: dict) -> str:
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
-        "defaults/tune", "defaults/check"]  # the last two: scripts/tune_drafter_defaults.sh
+        "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
-SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"}}
+SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"},
+              "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
+                                      "held-out-before", "held-out-shipped", "defaults/check"}}
+# Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
+MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long4-candidate"): "out/train/eagle3-long4",
+               ("gemma-3-270m-eagle3", "hybrid-k7"): "out/train/eagle3-long4"}
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:
@@ -91,9 +98,10 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
             if not path.is_file():
                 continue
             report = json.loads(path.read_text())
+            measured_as = MEASURED_AS.get((model_dir, run_name), model_dir)
             for run in report["runs"]:
                 cfg = run["speculative_config"]
-                if model_dir not in (cfg.get("model"), (cfg.get("fallback") or {}).get("model")):
+                if measured_as not in (cfg.get("model"), (cfg.get("fallback") or {}).get("model")):
                     continue
                 o = run["overall"]
                 per_pos = ", ".join(f"{x:.2f}" for x in o["acceptance_rate_per_position"])
@@ -102,6 +110,7 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
                 if cfg.get("method") == "medusa" and cfg.get("tree_top_k", 1) is None:  # the static tree
                     chain_only = ("tree_top_k", "confidence_threshold")
                 shown = json.dumps({k: v for k, v in cfg.items() if k != "model" and k not in chain_only})
+                shown = shown.replace(measured_as, model_dir)  # a candidate's path, now the drafter's name
                 prompts = o["prompts"] if "prompts" in o else len(run["per_prompt"])
                 decode = f"{o['decode_speedup']:.2f}x" if "decode_speedup" in o else "-"
                 rows[(set_name, prompts, shown)] = (  # MT-Bench had two selections: both rows stay
@@ -208,7 +217,7 @@ def position_section(directory: Path) -> list[str]:
                 acc = ", ".join("-" if a is None else f"{a:.2f}" for a in row["accuracy"])
                 lines.append(f"| {stage} | `{variant}` | {positions} | {row['scored']} | {acc} | {row['tau']:.2f} |")
     notes = [json.loads(p.read_text()).get("findings") for p in reports]
-    return lines + [""] + [n for n in notes if n] + [""]
+    return lines + [""] + [line for n in notes if n for line in (n, "")]
 
 
 def card(directory: Path) -> str:

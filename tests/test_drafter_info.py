@@ -21,9 +21,9 @@ def test_info_on_the_shipped_eagle3(capsys):
     out = capsys.readouterr().out
     for text in ("method: eagle3 (Eagle3Speculator)", "target: gemma-3-270m (vocabulary 262144",
                  "draft layers 1", "draft vocabulary 8192", "M parameters stored",
-                 "num_speculative_tokens=8, confidence_threshold=0.45", "2.5799x", "3.8927", "32/32",
-                 "all-methods-2", "2026-11-30", "benchmarks/results/all-methods-2-mt_bench.json", "chosen: greedy",
-                 '"num_speculative_tokens": 8'):
+                 "num_speculative_tokens=7, confidence_threshold=0.45", "2.2337x", "3.9765", "32/32",
+                 "defaults/eagle3", "2026-12-05", "benchmarks/results/defaults/eagle3-mt_bench.json", "chosen: greedy",
+                 '"num_speculative_tokens": 7'):
         assert text in out, text
 
 

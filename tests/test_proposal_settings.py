@@ -37,7 +37,7 @@ def _resolve(**config) -> dict:
 
 def test_the_shipped_eagle3_runs_its_stored_best_chain():
     config = SpeculativeConfig.from_dict({"method": "eagle3", "model": EAGLE})
-    assert config.options.num_speculative_tokens == 8 and config.options.confidence_threshold == 0.45
+    assert config.options.num_speculative_tokens == 7 and config.options.confidence_threshold == 0.45
     assert config.options.tree_top_k == 1
     assert config.from_drafter == ("confidence_threshold", "num_speculative_tokens")
     assert SpeculativeConfig.from_dict(config.to_dict()) == config  # the resolved config round-trips
@@ -57,12 +57,12 @@ def test_asking_for_a_tree_takes_the_stored_tree():
     assert (out["num_speculative_tokens"], out["tree_top_k"], out["tree_num_draft_tokens"],
             out["confidence_threshold"]) == (6, 3, 8, 0.3)
     out = _resolve(method="eagle3", model=EAGLE, tree_top_k=1)  # a chain, asked for explicitly
-    assert out["num_speculative_tokens"] == 8 and out["confidence_threshold"] == 0.45
+    assert out["num_speculative_tokens"] == 7 and out["confidence_threshold"] == 0.45
 
 
 def test_auto_takes_the_stored_length_as_its_cap():
     out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto")
-    assert out["num_speculative_tokens"] == "auto" and out["max_num_speculative_tokens"] == 8
+    assert out["num_speculative_tokens"] == "auto" and out["max_num_speculative_tokens"] == 7
     out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto", max_num_speculative_tokens=3)
     assert out["max_num_speculative_tokens"] == 3 and out["confidence_threshold"] == 0.45
 
