@@ -1,6 +1,7 @@
 """The target's batched forward cost on this machine: ms per forward for B sequences of k+1 rows each.
 
     .venv/bin/python scripts/step_cost_table.py --batch-sizes 1,4,16,32 --draft-lengths 0,5
+    .venv/bin/python scripts/step_cost_table.py --batch-sizes 1 --draft-lengths 0,7,15 --quantization int4 --threads 2
 
 Each sequence has a `--context`-token prefix (a sample sentence repeated) in a cache of max(512, context + 64) slots; a forward runs its
 k+1 new rows (k = 0 is a plain decode step), and is rolled back after. Best of `--repeats` after one warm-up. Also prints plain
@@ -28,9 +29,13 @@ def main() -> None:
     ap.add_argument("--draft-lengths", default="0,5")
     ap.add_argument("--context", type=int, default=200)
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--quantization", default=None, help="int8, int4 or gguf (default: the dense weights)")
+    ap.add_argument("--threads", type=int, default=None, help="CPU threads for torch (default: torch's choice)")
     ap.add_argument("--output", default=None, help="also write the table as JSON here")
     args = ap.parse_args()
-    model = load_model(args.model)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    model = load_model(args.model, quantization=args.quantization)
     # rows the model predicts confidently, as in real decoding (cost_curve.SAMPLE_TEXT)
     text = sample_tokens(model.tokenizer) or list(range(1, 101))
     table: dict[str, dict[str, float]] = {}

@@ -86,22 +86,23 @@ def test_every_row_count_equals_the_reference(build, kind, sub):
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
-def test_float16_scales_give_the_reference_bits(kind, sub, monkeypatch):
-    """GGUF's scales are float16 values: the AVX2 build then reads them as float16 tiles (fewer bytes), with
-    the bits of the reference for every row count; scales that are not float16 values stay float32."""
-    module = build_or_skip("avx2")
-    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
-    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
-    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
+def test_float16_scales_give_the_reference_bits(build, kind, sub):
+    """GGUF's scales are float16 values: each build then reads them as float16 tiles (fewer bytes), with the
+    bits of the reference for every row count; scales that are not float16 values stay float32."""
     k, n = 640, 44
     blocks = random_blocks(kind, n, k, seed=5, sub=sub)
     assert not quantized_weight.half_exact(blocks.scales)
     assert QuantizedWeight(blocks, k, kind)._tiles[1].dtype == torch.float32
     with pytest.raises(ValueError, match="float16"):
-        pack_tiles(blocks, 8, half_scales=True)
-    blocks = BlockWeights(blocks.kind, blocks.q, blocks.scales.half().float(), blocks.mins, blocks.sub_scales)
+        pack_tiles(blocks, QUANT_BUILDS[build][3], half_scales=True)
+    half_mins = None if blocks.mins is None else blocks.mins.half().float()
+    if half_mins is not None:  # u4: float16 scales with float32 mins stay float32, both halves or neither
+        half_scales_only = BlockWeights(blocks.kind, blocks.q, blocks.scales.half().float(), blocks.mins)
+        assert QuantizedWeight(half_scales_only, k, kind)._tiles[1].dtype == torch.float32
+    blocks = BlockWeights(blocks.kind, blocks.q, blocks.scales.half().float(), half_mins, blocks.sub_scales)
     w = QuantizedWeight(blocks, k, kind)
     assert w._tiles[1].dtype == torch.float16
+    assert half_mins is None or w._tiles[2].dtype == torch.float16
     x = inputs(64, k, seed=6)
     want = reference_linear(x, blocks)
     for m in range(1, 65):
@@ -110,13 +111,9 @@ def test_float16_scales_give_the_reference_bits(kind, sub, monkeypatch):
 
 
 @pytest.mark.parametrize("half", [False, True])
-def test_q5_0_quants_in_five_bits_give_the_reference_bits(half, monkeypatch):
-    """s8 quants in -16..15 (GGUF's Q5_0) run in the AVX2 build's 5-bit layout (kind 2), with the bits of the
+def test_q5_0_quants_in_five_bits_give_the_reference_bits(build, half):
+    """s8 quants in -16..15 (GGUF's Q5_0) run in each build's 5-bit layout (kind 2), with the bits of the
     reference for every row count, float32 and float16 scales, a partial tile and a non-finite input."""
-    module = build_or_skip("avx2")
-    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
-    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
-    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
     k, n = 640, 44
     g = torch.Generator().manual_seed(8)
     q = torch.randint(-16, 16, (n, k // BLOCK, BLOCK), generator=g, dtype=torch.int8)
@@ -141,7 +138,7 @@ def test_q5_0_quants_in_five_bits_give_the_reference_bits(half, monkeypatch):
                         blocks.scales)  # a 16: not Q5_0's range, so the s8 layout
     assert QuantizedWeight(wide, k, "Q8_0")._kind_id == 0
     with pytest.raises(ValueError, match="s5"):
-        pack_tiles(wide, 8, s5=True)
+        pack_tiles(wide, QUANT_BUILDS[build][3], s5=True)
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
@@ -287,3 +284,16 @@ def test_bad_shapes_are_refused():
         QuantizedWeight(random_blocks("s8", 8, 64), 96, "x")
     with pytest.raises(ValueError, match="multiple of 32"):
         reference_linear(torch.randn(2, 40), random_blocks("s8", 8, 64))
+
+
+def test_int8_and_int4_store_float16_scales(build):
+    """Our quantizers round scales (and int4's mins) to float16 values before rounding the quants against
+    them, so the kernels read 2 bytes each, and the weights stay as close to the float ones as before."""
+    w = torch.randn(40, 128, generator=torch.Generator().manual_seed(2)) * 0.05
+    for blocks, fmt in ((quantize_int8(w), "int8"), (quantize_int4(w), "int4")):
+        assert quantized_weight.half_exact(blocks.scales)
+        assert blocks.mins is None or quantized_weight.half_exact(blocks.mins)
+        tiles = QuantizedWeight(blocks, 128, fmt)._tiles
+        assert tiles[1].dtype == torch.float16 and (blocks.mins is None or tiles[2].dtype == torch.float16)
+        step = (w.abs().amax(1, keepdim=True) / 127) if fmt == "int8" else (w.amax() - w.amin()) / 15
+        assert (blocks.dequantize() - w).abs().max() <= step.max() * 0.51

@@ -3,7 +3,8 @@ bf16 builds. Every build gives the bits of reference.reference_linear, so which 
 Each reads weights packed in tiles of its own width (quantized_weight.pack_tiles):
 
   avx512_vnni  kernels/avx512_vnni_quant_linear.cpp, tiles of 16 columns (vpdpbusd; AVX512 F/BW/VL + VNNI)
-  avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns; float16 scales where they are exact
+  avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns
+Both read float16 scales and mins where they are exact, and Q5_0's quants in 5 bits.
 
 SPECDEC_NO_VNNI=1 skips the VNNI build; SPECDEC_NO_KERNELS=1 skips both.
 """

@@ -45,7 +45,7 @@ def half_exact(scales: torch.Tensor) -> bool:
 
 
 def fits_s5(blocks: BlockWeights) -> bool:
-    """Whether s8 quants without sub-scales all lie in -16..15 (GGUF's Q5_0): the AVX2 build reads them in 5 bits."""
+    """Whether s8 quants without sub-scales all lie in -16..15 (GGUF's Q5_0): the kernels read them in 5 bits."""
     return (blocks.kind == "s8" and blocks.sub_scales is None and blocks.q.numel() > 0
             and int(blocks.q.min()) >= -16 and int(blocks.q.max()) <= 15)
 
@@ -54,17 +54,19 @@ def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: 
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(quants, scales, mins, sub_scales) in tiles of `width` columns (8: AVX2 build, 16: AVX512-VNNI), the
     columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors. `half_scales`
-    stores the scales as float16 (only where half_exact: the same values, 2 bytes a block fewer to read); `s5`
-    the quants in 5 bits (only where fits_s5; the AVX2 build's kind 2)."""
-    if half_scales and not half_exact(blocks.scales):
-        raise ValueError("these scales are not all float16 values")
+    stores the scales and mins as float16 (only where half_exact: the same values, 2 bytes each a block fewer
+    to read); `s5`
+    the quants in 5 bits (only where fits_s5; the kernels' kind 2)."""
+    if half_scales and not (half_exact(blocks.scales) and (blocks.mins is None or half_exact(blocks.mins))):
+        raise ValueError("these scales (or mins) are not all float16 values")
     if s5 and not fits_s5(blocks):
         raise ValueError("s5 needs s8 quants in -16..15 without sub-scales")
     padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
     return (
         _tiled_quants(padded.q, "s5" if s5 else padded.kind, width),
         _tiled(padded.scales.half() if half_scales else padded.scales.float(), width),
-        _tiled(padded.mins.float(), width) if padded.mins is not None else torch.empty(0),
+        _tiled(padded.mins.half() if half_scales else padded.mins.float(), width) if padded.mins is not None
+        else torch.empty(0),
         _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
         else torch.empty(0, dtype=torch.int16),
     )
@@ -85,12 +87,13 @@ class QuantizedWeight:
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
         self._width = quant_tile_width()  # the layout of the build that runs here
-        # the AVX2 build reads float16 scales (a GGUF's own: the Q8_0 LM head's pass 5% shorter) and Q5_0's
-        # quants in 5 bits (22 bytes a block instead of 34: the MLP's gate_up), with the same bits
-        avx2 = quant_kernel_isa() == "avx2"
-        s5 = avx2 and fits_s5(blocks)
+        # the kernels read float16 scales and mins (a GGUF's own, and our int8 / int4 ones: the Q8_0 LM head's
+        # pass 5% shorter, int4's 17%) and Q5_0's quants in 5 bits (22 bytes a block instead of 34: the MLP's gate_up), with the same bits
+        kernel = quant_kernel_isa() is not None
+        s5 = kernel and fits_s5(blocks)
         self._kind_id = 2 if s5 else 0 if self.kind == "s8" else 1  # the kernels' `kind`
-        self._tiles = pack_tiles(blocks, self._width, avx2 and half_exact(blocks.scales), s5)
+        half = half_exact(blocks.scales) and (blocks.mins is None or half_exact(blocks.mins))
+        self._tiles = pack_tiles(blocks, self._width, kernel and half, s5)
 
     @property
     def shape(self) -> torch.Size:

@@ -1,5 +1,7 @@
 """Quantizing float weights: int8 per output channel, int4 per group of 32 (asymmetric, least-squares
-refined). Both give BlockWeights the kernel runs."""
+refined). Both give BlockWeights the kernel runs, with scales (and mins) that are float16 values, as GGUF's
+Q8_0 and Q4_1 store them: the kernels then read 2 bytes for each instead of 4 (int4's weights 17% fewer bytes
+a step), and the quants are rounded against those very values."""
 
 from __future__ import annotations
 
@@ -15,11 +17,17 @@ def _blocks_of(weight: torch.Tensor) -> torch.Tensor:
     return weight.detach().float().reshape(n, k // BLOCK, BLOCK)
 
 
+def _half_values(t: torch.Tensor) -> torch.Tensor:
+    """t rounded to float16 values (kept as float32), where they stay finite."""
+    h = t.half().float()
+    return torch.where(torch.isfinite(h), h, t)
+
+
 def quantize_int8(weight: torch.Tensor) -> BlockWeights:
     """Symmetric int8 with one scale per output channel (vLLM's W8A16 / torchao's int8 weight-only), q in
     -127..127; the channel's scale is repeated per block, the layout the kernel reads."""
     w = _blocks_of(weight)
-    scale = w.abs().amax(dim=(1, 2)) / 127.0
+    scale = _half_values(w.abs().amax(dim=(1, 2)) / 127.0)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(w / safe[:, None, None]).clamp_(-127, 127).to(torch.int8)
     return BlockWeights("s8", q, scale[:, None].expand(-1, w.shape[1]).contiguous())
@@ -64,5 +72,8 @@ def _quantize_int4_rows(weight: torch.Tensor, refinements: int) -> BlockWeights:
         s = torch.where(ok, (n * sqw - sq * sw) / torch.where(ok, det, torch.ones_like(det)), s)
         m = torch.where(ok, (s * sq - sw) / n, m)
         s = s.clamp_min(0)
-    _, q, s, m = best
+    _, _, s, m = best
+    s, m = _half_values(s), _half_values(m)  # then the quants for the stored values
+    safe = torch.where(s > 0, s, torch.ones_like(s))
+    q = torch.round((w + m[..., None]) / safe[..., None]).clamp_(0, 15)
     return BlockWeights("u4", q.to(torch.uint8), s.contiguous(), m.contiguous())

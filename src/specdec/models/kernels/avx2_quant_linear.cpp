@@ -22,9 +22,10 @@
 // Layout: weights in tiles of 8 columns; per tile and block, groups of 4 k with the 8 columns side by side:
 // s8 [N / 8][blocks][8 groups][8 columns][4 bytes]; u4 [N / 8][blocks][4][8 columns][4 bytes], the low nibbles
 // holding groups 0-3 and the high ones groups 4-7; s5 [N / 8][blocks][5][8 columns][4 bytes], u4's four vectors
-// and a fifth whose byte (column, j) holds in bit g the fifth bit of group g's byte. Scales [N / 8][blocks][8] float32 or float16 (GGUF's own,
-// read exactly: fewer bytes for the memory-bound LM head), mins [N / 8][blocks][8] float32, sub-scales
-// [N / 8][blocks][8][2] int16: a tile streams from one contiguous range, and no sum crosses lanes.
+// and a fifth whose byte (column, j) holds in bit g the fifth bit of group g's byte. Scales and mins
+// [N / 8][blocks][8] float32 or float16 (values that are float16, a GGUF's own and our quantizers', read
+// exactly: fewer bytes for the memory-bound LM head), sub-scales [N / 8][blocks][8][2] int16: a tile streams
+// from one contiguous range, and no sum crosses lanes.
 #include <torch/csrc/utils/pybind.h>  // not torch/extension.h: it takes minutes to compile
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
@@ -134,7 +135,7 @@ inline void unpack_nibbles(const uint8_t* wb, __m256i* wv) {
 // and the high ones group h + 4. Products are at most 2 * 15 * 127 per int16 pair, so the 8 groups add up in
 // int16 without overflow (30480), and one madd per block widens them.
 template <int R, typename S>
-void tile_u4(const uint8_t* w, const S* s, const float* mins, const Activations& a, int64_t row0,
+void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, int64_t row0,
              const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -145,7 +146,7 @@ void tile_u4(const uint8_t* w, const S* s, const float* mins, const Activations&
     __m256i wv[8];
     unpack_nibbles(wb, wv);
     const __m256 sv = load_scales(s + b * kTile);
-    const __m256 mv = _mm256_loadu_ps(mins + b * kTile);
+    const __m256 mv = load_scales(mins + b * kTile);
     for (int r = 0; r < R; ++r) {
       const int64_t m = row0 + r;
       const int8_t* xq = a.q + m * a.kp + b * kBlock;
@@ -260,7 +261,7 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
   const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
   const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
-  const float* minp = kind == 1 ? mins.data_ptr<float>() : nullptr;
+  const S* minp = kind == 1 ? static_cast<const S*>(mins.data_ptr()) : nullptr;  // the scales' type
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t t = 0; t < tiles; ++t) {
     const uint8_t* w = qp + t * tile_bytes;
@@ -269,7 +270,7 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
     if (kind == 2) {
       for_row_blocks(m_size, [&](auto r, int64_t m) { tile_s5<decltype(r)::value>(w, s, a, m, y, col); });
     } else if (kind == 1) {
-      const float* mn = minp + t * blocks * kTile;
+      const S* mn = minp + t * blocks * kTile;
       for_row_blocks(m_size, [&](auto r, int64_t m) { tile_u4<decltype(r)::value>(w, s, mn, a, m, y, col); });
     } else if (sub) {
       const int16_t* sb = subp + t * blocks * kTile * 2;
@@ -293,7 +294,7 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
 // kind 2 (s5): quants uint8 [tiles, blocks, 5, 8, 4] (see the header).
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock, true);
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
   const int64_t n_size = tiles * kTile;
   const specdec_quant::OutputRows y(x, n_size, out_bf16);

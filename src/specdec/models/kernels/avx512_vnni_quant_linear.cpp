@@ -16,10 +16,13 @@
 //     starts from -128 * sum(qx) over the same k, so it ends at sum(q * qx) exactly (q = -128 included).
 //   - Each sum runs in two chains, the block's first and second 16 k: Q6_K's two sub-scales apply to them;
 //     elsewhere they are added.
+//   - s5 (GGUF's Q5_0, quants in -16..15) reads u = q + 16 (unsigned already) and starts from -16 * sum(qx).
 // Layout: tiles of 16 columns (quantized_weight.pack_tiles; the AVX2 build reads tiles of 8), per tile and
 // block groups of 4 k with the 16 columns side by side: s8 [N / 16][blocks][8 groups][16][4 bytes], u4
-// [N / 16][blocks][4][16][4] (the low nibbles groups 0-3, the high ones 4-7); scales and mins
-// [N / 16][blocks][16] float, sub-scales [N / 16][blocks][16][2] int16. One vector is one group of a block,
+// [N / 16][blocks][4][16][4] (the low nibbles groups 0-3, the high ones 4-7), s5 [N / 16][blocks][5][16][4]
+// (u4's four vectors and a plane of fifth bits); scales and mins [N / 16][blocks][16] float32 or float16
+// (values that are float16: a GGUF's own, and our quantizers'), sub-scales [N / 16][blocks][16][2] int16.
+// One vector is one group of a block,
 // column c's 4 bytes in lane c, so nothing is summed across lanes, and a tile is one contiguous stream (two
 // 8-column tiles per vector, read as two streams, ran one row at 0.6x the memory's speed).
 // Loop: per tile, per block, the weights in 8 registers, then every row (up to 64 per pass; their running
@@ -72,6 +75,12 @@ struct Activations {
 
 inline __m512i load(const void* p) { return _mm512_loadu_si512(p); }
 
+// 16 scales as float32: float16 ones (a GGUF's own) widen exactly
+inline __m512 load_scales(const float* p) { return _mm512_loadu_ps(p); }
+inline __m512 load_scales(const uint16_t* p) {
+  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+}
+
 inline __m512i x4(const int8_t* p) {  // 4 activation bytes in every lane
   int32_t v;
   std::memcpy(&v, p, 4);
@@ -96,8 +105,8 @@ inline void block_dots(const __m512i* wv, const int8_t* x, __m512i& lo, __m512i&
 // Rows row0 .. row0 + rows - 1 against one tile (16 columns) of s8 weights, block after block; acc [rows][16]
 // holds the running sums. A tile's block is 8 vectors, one per group of 4 k: column c's 4 bytes in lane c,
 // so a lane's int32 sum is column c's dot product and nothing is summed across lanes.
-template <bool kSub>
-void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activations& a, int64_t row0, int64_t rows,
+template <bool kSub, typename S>
+void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations& a, int64_t row0, int64_t rows,
              float* acc) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < a.blocks; ++b) {
@@ -105,7 +114,7 @@ void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activati
     prefetch_ahead<8>(wb);
     __m512i wv[8];
     for (int g = 0; g < 8; ++g) wv[g] = _mm512_xor_si512(load(wb + g * 64), flip);  // q + 128, unsigned
-    const __m512 sv = _mm512_loadu_ps(s + b * kTile);
+    const __m512 sv = load_scales(s + b * kTile);
     __m512i sub_lo = _mm512_setzero_si512(), sub_hi = sub_lo;
     if (kSub) {  // column c's two int16 sub-scales -> int32 lane c
       const __m512i pairs = load(sub + b * kTile * 2);
@@ -130,7 +139,8 @@ void tile_s8(const int8_t* w, const float* s, const int16_t* sub, const Activati
 
 // The same for u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h and the high
 // ones group h + 4.
-void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activations& a, int64_t row0, int64_t rows,
+template <typename S>
+void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, int64_t row0, int64_t rows,
              float* acc) {
   const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < a.blocks; ++b) {
@@ -142,8 +152,8 @@ void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activati
       wv[h] = _mm512_and_si512(raw, low4);
       wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
     }
-    const __m512 sv = _mm512_loadu_ps(s + b * kTile);
-    const __m512 mv = _mm512_loadu_ps(mins + b * kTile);
+    const __m512 sv = load_scales(s + b * kTile);
+    const __m512 mv = load_scales(mins + b * kTile);
     const int64_t first = b * a.m + row0;
     const int8_t* xq = a.q + first * kBlock;
     const float* dx = a.dx + first;
@@ -156,6 +166,48 @@ void tile_u4(const uint8_t* w, const float* s, const float* mins, const Activati
       const __m512 u = _mm512_mul_ps(mv, _mm512_set1_ps(sx[r]));
       float* y = acc + r * kTile;
       _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_sub_ps(_mm512_mul_ps(f, t), u)));
+    }
+  }
+}
+
+// The same for s5 weights (s8 quants in -16..15, GGUF's Q5_0): u4's four vectors of nibbles holding u = q + 16
+// and a fifth vector whose byte (column, j) holds in bit g the fifth bit of group g's byte j. The unsigned
+// u times x's signed bytes go straight into vpdpbusd; each half's sum starts from -16 * sum(qx) over its 16 k
+// (the VNNI start -128 * sum / 8, exact), so it ends at sum(q * qx): the s8 integer, from 20 bytes a block
+// of 32 per column instead of 32.
+template <typename S>
+void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, int64_t rows, float* acc) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  for (int64_t b = 0; b < a.blocks; ++b) {
+    const uint8_t* wb = w + b * kTile * 20;
+    prefetch_ahead<5>(wb);
+    __m512i wv[8];
+    for (int h = 0; h < 4; ++h) {
+      const __m512i raw = load(wb + h * 64);
+      wv[h] = _mm512_and_si512(raw, low4);
+      wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+    }
+    // bit g of each plane byte to bit 4 (shifts within 16-bit lanes: the mask keeps each byte's own bit)
+    const __m512i plane = load(wb + 4 * 64);
+    wv[0] = _mm512_or_si512(wv[0], _mm512_and_si512(_mm512_slli_epi16(plane, 4), bit4));
+    wv[1] = _mm512_or_si512(wv[1], _mm512_and_si512(_mm512_slli_epi16(plane, 3), bit4));
+    wv[2] = _mm512_or_si512(wv[2], _mm512_and_si512(_mm512_slli_epi16(plane, 2), bit4));
+    wv[3] = _mm512_or_si512(wv[3], _mm512_and_si512(_mm512_slli_epi16(plane, 1), bit4));
+    wv[4] = _mm512_or_si512(wv[4], _mm512_and_si512(plane, bit4));
+    wv[5] = _mm512_or_si512(wv[5], _mm512_and_si512(_mm512_srli_epi16(plane, 1), bit4));
+    wv[6] = _mm512_or_si512(wv[6], _mm512_and_si512(_mm512_srli_epi16(plane, 2), bit4));
+    wv[7] = _mm512_or_si512(wv[7], _mm512_and_si512(_mm512_srli_epi16(plane, 3), bit4));
+    const __m512 sv = load_scales(s + b * kTile);
+    const int64_t first = b * a.m + row0;
+    const int8_t* xq = a.q + first * kBlock;
+    const int32_t* c = a.c + first * 2;
+    const float* dx = a.dx + first;
+    for (int64_t r = 0; r < rows; ++r) {
+      __m512i lo = _mm512_set1_epi32(c[2 * r] / 8), hi = _mm512_set1_epi32(c[2 * r + 1] / 8);
+      block_dots(wv, xq + r * kBlock, lo, hi);
+      const __m512 t = _mm512_mul_ps(sv, _mm512_set1_ps(dx[r]));
+      float* y = acc + r * kTile;
+      _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), t)));
     }
   }
 }
@@ -193,41 +245,27 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
     }
 }
 
-}  // namespace
-
-// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 16 * tiles), float32 or with
-// out_bf16 bfloat16.
-// kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
-// kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16].
-at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
-                        int64_t kind, bool out_bf16) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
-  const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
-  const int64_t n_size = tiles * kTile;
-  const specdec_quant::OutputRows y(x, n_size, out_bf16);
-  if (m_size == 0 || n_size == 0) return y.y;
-  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
-  std::vector<float> xf;
-  std::vector<int8_t> q(blocks * m_size * kBlock);
-  std::vector<int32_t> c(blocks * m_size * 2);
-  std::vector<float> dx(blocks * m_size), sx(blocks * m_size);
-  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
-  const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
-  const float* sp = scales.data_ptr<float>();
-  const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kBlock / 2);
-  const int64_t tile_scales = blocks * kTile;  // floats (and int16 pairs) per tile
+// Every tile against every row, the threads splitting tiles (columns) only; scales float32 or float16 (S).
+template <typename S>
+void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, const at::Tensor& mins,
+               const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
+  const int64_t m_size = a.m, tiles = quants.size(0);
+  const int64_t tile_bytes = a.blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
+  const int64_t tile_scales = a.blocks * kTile;  // scales (and int16 pairs) per tile
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
   const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
-  const float* minp = kind == 1 ? mins.data_ptr<float>() : nullptr;
+  const S* minp = kind == 1 ? static_cast<const S*>(mins.data_ptr()) : nullptr;  // the scales' type
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t t = 0; t < tiles; ++t) {
     const uint8_t* w = qp + t * tile_bytes;
-    const float* s = sp + t * tile_scales;
+    const S* s = sp + t * tile_scales;
     alignas(64) float acc[kRowGroup * kTile];
     for (int64_t row0 = 0; row0 < m_size; row0 += kRowGroup) {
       const int64_t rows = std::min(kRowGroup, m_size - row0);
       std::fill(acc, acc + rows * kTile, 0.0f);
-      if (kind == 1)
+      if (kind == 2)
+        tile_s5(w, s, a, row0, rows, acc);
+      else if (kind == 1)
         tile_u4(w, s, minp + t * tile_scales, a, row0, rows, acc);
       else if (sub)
         tile_s8<true>(reinterpret_cast<const int8_t*>(w), s, subp + t * tile_scales * 2, a, row0, rows, acc);
@@ -236,6 +274,32 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
       for (int64_t r = 0; r < rows; ++r) y.store(row0 + r, t * kTile, acc + r * kTile, kTile);
     }
   }
+}
+
+}  // namespace
+
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 16 * tiles), float32 or with
+// out_bf16 bfloat16.
+// kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
+// kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5). Scales float32, or float16 values.
+at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
+                        int64_t kind, bool out_bf16) {
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
+  const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
+  const specdec_quant::OutputRows y(x, quants.size(0) * kTile, out_bf16);
+  if (m_size == 0 || quants.size(0) == 0) return y.y;
+  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
+  std::vector<float> xf;
+  std::vector<int8_t> q(blocks * m_size * kBlock);
+  std::vector<int32_t> c(blocks * m_size * 2);
+  std::vector<float> dx(blocks * m_size), sx(blocks * m_size);
+  quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
+  const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
+  if (scales.scalar_type() == at::kHalf)
+    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, y);
+  else
+    run_tiles(scales.data_ptr<float>(), a, quants, mins, sub_scales, kind, sub, y);
   return y.y;
 }
 

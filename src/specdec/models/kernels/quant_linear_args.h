@@ -18,13 +18,13 @@ namespace specdec_quant {
 
 // x [M, K] float32 or bfloat16 (made contiguous here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
 // `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given. Scales are
-// float32, or float16 where the build reads them (`half_scales_ok`, the AVX2 build: GGUF's own fp16 scales, 2
-// bytes a block less); that build also reads kind 2 (s5: s8 quants in -16..15 as nibbles and a bit plane).
+// float32 or float16 (GGUF's own fp16 scales, read exactly: 2 bytes a block less), u4's mins the same type;
+// kind 2 is s5 (s8 quants in
+// -16..15 as nibbles and a bit plane).
 inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
-                             const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block,
-                             bool half_scales_ok = false) {
+                             const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
-  TORCH_CHECK(kind == 0 || kind == 1 || (kind == 2 && half_scales_ok), "kind 0 (s8) or 1 (u4), 2 (s5) in AVX2");
+  TORCH_CHECK(kind == 0 || kind == 1 || kind == 2, "kind 0 (s8), 1 (u4) or 2 (s5)");
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) x = x.to(at::kFloat);  // read as is
   if (!x.is_contiguous()) x = x.contiguous();
   TORCH_CHECK(x.size(1) % block == 0, "K must be a multiple of 32");
@@ -32,12 +32,13 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : kind == 1 ? 4 : 5) &&
               quants.size(3) == tile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
   TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
-  TORCH_CHECK((scales.scalar_type() == at::kFloat || (half_scales_ok && scales.scalar_type() == at::kHalf)) &&
+  TORCH_CHECK((scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf) &&
               scales.numel() == tiles * blocks * tile, "scales layout");
   const bool sub = kind == 0 && sub_scales.numel() > 0;
   if (sub)
     TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * tile * 2, "sub");
-  if (kind == 1) TORCH_CHECK(mins.scalar_type() == at::kFloat && mins.numel() == tiles * blocks * tile, "mins");
+  if (kind == 1)
+    TORCH_CHECK(mins.scalar_type() == scales.scalar_type() && mins.numel() == tiles * blocks * tile, "mins");
   return sub;
 }
 
