@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from specdec.api import LLM
-from specdec.bench.llama_cpp_rows import CTX_STEP, LlamaCppBaseline, import_llama_cpp, model_file
+from specdec.bench.llama_cpp_rows import CTX_STEP, LlamaCppBaseline, import_llama_cpp, model_file, worker_died_message
 from specdec.bench.runner import run_bench
 from specdec.bench.table import notes
 from specdec.bench.transformers_rows import GREEDY, PROMPT_LOOKUP
@@ -179,3 +179,22 @@ def test_cli_rows_and_errors(zoo, fake, tmp_path, capsys):
     assert set(json.loads(out.read_text())["llama_cpp"]) == {"greedy", "prompt_lookup"}
     assert main(["bench", "--prompts", prompts, "--batch-size", "1,4", "--include-llama-cpp"]) == 2
     assert "batch 1 only" in capsys.readouterr().err
+    # a list of one config is that config; two are refused
+    assert main([
+        "bench", "--prompts", prompts, "--model", zoo.path("llama"), "--dtype", "bfloat16", "--device", "cpu",
+        "--speculative-config", json.dumps([NGRAM]), "--max-new-tokens", "6", "--include-llama-cpp",
+        "--output", str(out), "--no-progress",
+    ]) == 0
+    assert set(json.loads(out.read_text())["llama_cpp"]) == {"greedy", "prompt_lookup"}
+    capsys.readouterr()
+    assert main([
+        "bench", "--prompts", prompts, "--model", zoo.path("llama"), "--speculative-config",
+        json.dumps([NGRAM, NGRAM]), "--include-llama-cpp", "--no-progress",
+    ]) == 2
+    assert "one speculative config at a time" in capsys.readouterr().err
+
+
+def test_a_crashed_worker_names_the_likely_cause():
+    assert worker_died_message(1) == "the llama.cpp worker process died (exit code 1)"
+    crashed = worker_died_message(-11)
+    assert "exit code -11" in crashed and "GGML_NATIVE=OFF" in crashed

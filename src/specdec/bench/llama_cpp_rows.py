@@ -115,6 +115,18 @@ def _serve(conn: Any, settings: dict[str, Any]) -> None:
             conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
+def worker_died_message(exitcode: int | None) -> str:
+    """Why the bench stops when llama.cpp's process ends without answering: a signal (negative exit code) is
+    a crash inside llama.cpp itself."""
+    message = f"the llama.cpp worker process died (exit code {exitcode})"
+    if exitcode is not None and exitcode < 0:
+        message += (": llama.cpp crashed. A llama-cpp-python built for this CPU's native flags (GGML_NATIVE) "
+                    "crashed so on a Xeon with AMX; rebuilt without them it ran: CMAKE_ARGS=\"-DGGML_NATIVE=OFF "
+                    "-DGGML_AVX2=ON -DGGML_FMA=ON -DGGML_F16C=ON -DGGML_AVX512=ON\" pip install --force-reinstall "
+                    "--no-cache-dir llama-cpp-python")
+    return message
+
+
 class _Worker:
     """A spawned process that runs llama.cpp. In our process it would share the OpenMP threads (a
     llama-cpp-python built with OpenMP loads the same libgomp as torch) with our AMX kernels and oneDNN, and
@@ -135,7 +147,7 @@ class _Worker:
             kind, value = self.conn.recv()
         except EOFError:
             self.process.join(5)
-            raise RuntimeError(f"the llama.cpp worker process died (exit code {self.process.exitcode})") from None
+            raise RuntimeError(worker_died_message(self.process.exitcode)) from None
         if kind == "error":
             raise RuntimeError(f"llama.cpp: {value}")
         return value

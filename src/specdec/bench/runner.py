@@ -105,6 +105,8 @@ def run_bench(
     if speculative_config is None:
         speculative_config = dict(DEFAULT_SPECULATIVE_CONFIG)
     many = isinstance(speculative_config, (list, tuple))
+    if many and len(speculative_config) == 1 and (include_transformers or include_llama_cpp):
+        many, speculative_config = False, speculative_config[0]  # a list of one is that config
     configs = [
         SpeculativeConfig.from_dict(c) if isinstance(c, dict) else c
         for c in (speculative_config if many else [speculative_config])

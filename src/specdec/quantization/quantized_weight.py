@@ -88,7 +88,8 @@ class QuantizedWeight:
         self.kind = blocks.kind
         self._width = quant_tile_width()  # the layout of the build that runs here
         # the kernels read float16 scales and mins (a GGUF's own, and our int8 / int4 ones: the Q8_0 LM head's
-        # pass 5% shorter, int4's 17%) and Q5_0's quants in 5 bits (22 bytes a block instead of 34: the MLP's gate_up), with the same bits
+        # pass 5% shorter, int4's 17%) and Q5_0's quants in 5 bits (22 bytes a block instead of 34: the MLP's
+        # gate_up), with the same bits
         kernel = quant_kernel_isa() is not None
         s5 = kernel and fits_s5(blocks)
         self._kind_id = 2 if s5 else 0 if self.kind == "s8" else 1  # the kernels' `kind`

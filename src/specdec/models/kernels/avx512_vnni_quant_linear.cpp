@@ -207,7 +207,8 @@ void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, i
       block_dots(wv, xq + r * kBlock, lo, hi);
       const __m512 t = _mm512_mul_ps(sv, _mm512_set1_ps(dx[r]));
       float* y = acc + r * kTile;
-      _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi)), t)));
+      const __m512 f = _mm512_cvtepi32_ps(_mm512_add_epi32(lo, hi));
+      _mm512_storeu_ps(y, _mm512_add_ps(_mm512_loadu_ps(y), _mm512_mul_ps(f, t)));
     }
   }
 }
