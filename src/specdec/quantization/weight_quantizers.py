@@ -48,13 +48,15 @@ def _quantize_int4_rows(weight: torch.Tensor, refinements: int) -> BlockWeights:
     """Asymmetric 4-bit per group of 32 (w = s * q - m, q in 0..15), like ggml's Q4_1 / AWQ's zero points.
 
     Starts from the group's min and max, then alternates rounding with the least-squares s and m for the
-    rounded q (each step cannot increase the squared error for fixed q), keeping the best found."""
+    rounded q (each step cannot increase the squared error for fixed q), keeping the best found. Each
+    candidate is judged as stored: s and m rounded to float16 values, q rounded against them."""
     w = _blocks_of(weight)
     lo, hi = w.amin(-1), w.amax(-1)
     s = (hi - lo) / 15.0
     m = -lo
     best = None
     for _ in range(refinements + 1):
+        s, m = _half_values(s), _half_values(m)  # the values stored: candidates are judged as stored
         safe = torch.where(s > 0, s, torch.ones_like(s))
         q = torch.round((w + m[..., None]) / safe[..., None]).clamp_(0, 15)
         err = ((q * s[..., None] - m[..., None]) - w).square().sum(-1)
@@ -72,8 +74,5 @@ def _quantize_int4_rows(weight: torch.Tensor, refinements: int) -> BlockWeights:
         s = torch.where(ok, (n * sqw - sq * sw) / torch.where(ok, det, torch.ones_like(det)), s)
         m = torch.where(ok, (s * sq - sw) / n, m)
         s = s.clamp_min(0)
-    _, _, s, m = best
-    s, m = _half_values(s), _half_values(m)  # then the quants for the stored values
-    safe = torch.where(s > 0, s, torch.ones_like(s))
-    q = torch.round((w + m[..., None]) / safe[..., None]).clamp_(0, 15)
+    _, q, s, m = best
     return BlockWeights("u4", q.to(torch.uint8), s.contiguous(), m.contiguous())

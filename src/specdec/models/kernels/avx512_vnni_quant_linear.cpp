@@ -137,21 +137,26 @@ void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations&
   }
 }
 
+// A u4 block's 8 group vectors from its 4 vectors of nibbles (the low ones group h, the high ones group h + 4)
+inline void unpack_nibbles(const uint8_t* wb, __m512i* wv) {
+  const __m512i low4 = _mm512_set1_epi8(0x0F);
+  for (int h = 0; h < 4; ++h) {
+    const __m512i raw = load(wb + h * 64);
+    wv[h] = _mm512_and_si512(raw, low4);
+    wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
+  }
+}
+
 // The same for u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h and the high
 // ones group h + 4.
 template <typename S>
 void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, int64_t row0, int64_t rows,
              float* acc) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * (kBlock / 2);
     prefetch_ahead<4>(wb);
     __m512i wv[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m512i raw = load(wb + h * 64);
-      wv[h] = _mm512_and_si512(raw, low4);
-      wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-    }
+    unpack_nibbles(wb, wv);
     const __m512 sv = load_scales(s + b * kTile);
     const __m512 mv = load_scales(mins + b * kTile);
     const int64_t first = b * a.m + row0;
@@ -177,16 +182,12 @@ void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, 
 // of 32 per column instead of 32.
 template <typename S>
 void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, int64_t rows, float* acc) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F), bit4 = _mm512_set1_epi8(0x10);
+  const __m512i bit4 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * 20;
     prefetch_ahead<5>(wb);
     __m512i wv[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m512i raw = load(wb + h * 64);
-      wv[h] = _mm512_and_si512(raw, low4);
-      wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-    }
+    unpack_nibbles(wb, wv);
     // bit g of each plane byte to bit 4 (shifts within 16-bit lanes: the mask keeps each byte's own bit)
     const __m512i plane = load(wb + 4 * 64);
     wv[0] = _mm512_or_si512(wv[0], _mm512_and_si512(_mm512_slli_epi16(plane, 4), bit4));
