@@ -4,7 +4,8 @@
 # configurations each learned drafter was tuned among (scripts/tune_drafter_defaults.sh), so that every bare
 # config can be held against the best configuration of the same run. The hybrid gives no lookup length: its
 # default (7) is the demo's. 12 prompts of benchmarks/prompts/other_kinds.jsonl (3 per category), batch 1,
-# 128 new tokens, each config right after the same plain run; about 20 minutes on the 2-core AVX2 EPYC. Report: benchmarks/results/methods-table-other_kinds.{json,txt};
+# 128 new tokens, each config right after the same plain run; about 20 minutes on the 2-core AVX2 EPYC.
+# Report: benchmarks/results/methods-table-other_kinds.{json,txt};
 # scripts/check_defaults.py reads it.
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -44,6 +44,11 @@ def half_exact(scales: torch.Tensor) -> bool:
     return bool(torch.isfinite(s).all()) and torch.equal(s.half().float(), s)
 
 
+def halves_exact(blocks: BlockWeights) -> bool:
+    """Whether the scales, and the mins where there are any, are all float16 values (then stored as such)."""
+    return half_exact(blocks.scales) and (blocks.mins is None or half_exact(blocks.mins))
+
+
 def fits_s5(blocks: BlockWeights) -> bool:
     """Whether s8 quants without sub-scales all lie in -16..15 (GGUF's Q5_0): the kernels read them in 5 bits."""
     return (blocks.kind == "s8" and blocks.sub_scales is None and blocks.q.numel() > 0
@@ -54,10 +59,9 @@ def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: 
                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     """(quants, scales, mins, sub_scales) in tiles of `width` columns (8: AVX2 build, 16: AVX512-VNNI), the
     columns padded with zeros to a whole tile; absent mins or sub-scales as empty tensors. `half_scales`
-    stores the scales and mins as float16 (only where half_exact: the same values, 2 bytes each a block fewer
-    to read); `s5`
-    the quants in 5 bits (only where fits_s5; the kernels' kind 2)."""
-    if half_scales and not (half_exact(blocks.scales) and (blocks.mins is None or half_exact(blocks.mins))):
+    stores the scales and mins as float16 (only where halves_exact: the same values, 2 bytes each a block
+    fewer to read); `s5` the quants in 5 bits (only where fits_s5; the kernels' kind 2)."""
+    if half_scales and not halves_exact(blocks):
         raise ValueError("these scales (or mins) are not all float16 values")
     if s5 and not fits_s5(blocks):
         raise ValueError("s5 needs s8 quants in -16..15 without sub-scales")
@@ -93,8 +97,7 @@ class QuantizedWeight:
         kernel = quant_kernel_isa() is not None
         s5 = kernel and fits_s5(blocks)
         self._kind_id = 2 if s5 else 0 if self.kind == "s8" else 1  # the kernels' `kind`
-        half = half_exact(blocks.scales) and (blocks.mins is None or half_exact(blocks.mins))
-        self._tiles = pack_tiles(blocks, self._width, kernel and half, s5)
+        self._tiles = pack_tiles(blocks, self._width, kernel and halves_exact(blocks), s5)
 
     @property
     def shape(self) -> torch.Size:

@@ -19,8 +19,7 @@ namespace specdec_quant {
 // x [M, K] float32 or bfloat16 (made contiguous here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
 // `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given. Scales are
 // float32 or float16 (GGUF's own fp16 scales, read exactly: 2 bytes a block less), u4's mins the same type;
-// kind 2 is s5 (s8 quants in
-// -16..15 as nibbles and a bit plane).
+// kind 2 is s5 (s8 quants in -16..15 as nibbles and a bit plane).
 inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
                              const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
