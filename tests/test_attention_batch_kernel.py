@@ -117,6 +117,38 @@ def test_decoding_sequences_with_four_query_heads_per_kv_head(dim, window):
         assert torch.equal(got[i : i + 1], expected[i]), i
 
 
+@pytest.mark.parametrize("rows", [1, 3, 4])
+@pytest.mark.parametrize("window", [None, 100])
+def test_one_decoding_sequence_splits_its_span_and_dims_over_the_threads(rows, window):
+    """One sequence's decode step or short chain (Gemma 3 270M's shape) is one block of rows: its span's
+    slots and its values' dims are split over the threads instead. Every row must still equal
+    decoder.attention alone, on one thread and on two, over spans from 16 to about 1000 slots."""
+    heads, kv_heads, groups, dim = 4, 1, 4, 256
+    g = torch.Generator().manual_seed(rows * 7 + (window or 0))
+    kern = fast_linear.kernel()
+    before = torch.get_num_threads()
+    try:
+        for length in (5, 200, 517, 990):
+            q = torch.randn(rows, heads, dim, generator=g).bfloat16()
+            k = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            v = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            keys_t, values, mask, _, positions = _sequence(g, rows, 1024, length, False, window, kv_heads, dim,
+                                                           groups)
+            kt, vv = keys_t.clone(), values.clone()
+            kt[:, :, length : length + rows] = k.permute(1, 2, 0)
+            vv[:, length : length + rows] = v.transpose(0, 1)
+            want = _expected_rows(q, kt, vv, mask, None, positions, length, window, 0.0625, groups)
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                for m in (mask, torch.empty(0)):  # an explicit mask, and the kernel's own chain mask
+                    got = kern.attention_batch(q, k, v, [keys_t.clone()], [values.clone()], [m], [_NO_ORDER], [0],
+                                               [rows], [length], positions, -1 if window is None else window,
+                                               0.0625)
+                    assert torch.equal(got, want), (length, threads)
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("window", [None, 8, 100])
 def test_a_chain_without_a_mask_gets_the_mask_build_mask_gives(window):
     """The runtime passes no mask for a chain: the kernel's own (committed slot s holds position s; row i sees

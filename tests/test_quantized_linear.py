@@ -300,3 +300,40 @@ def test_int8_and_int4_store_float16_scales(build):
         assert tiles[1].dtype == torch.float16 and (blocks.mins is None or tiles[2].dtype == torch.float16)
         step = (w.abs().amax(1, keepdim=True) / 127) if fmt == "int8" else (w.amax() - w.amin()) / 15
         assert (blocks.dequantize() - w).abs().max() <= step.max() * 0.51
+
+
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_fused_argmax_equals_greedy_argmax_of_the_values(build, kind, sub):
+    """quant_linear_argmax is greedy_argmax(linear_float(x)) for M up to 64, on one thread and two, over
+    columns that end in a partial tile (its padding is no token): a tie goes to the first column, a row with
+    a NaN to its first NaN."""
+    from specdec.models.greedy_argmax import greedy_argmax
+
+    k, n = 96, 1003
+    blocks = random_blocks(kind, n, k, seed=5, sub=sub)
+    blocks.scales[40] *= 50  # column 40 is many rows' maximum, and column 700 ties it exactly
+    blocks.q[700] = blocks.q[40]
+    blocks.scales[700] = blocks.scales[40]
+    if blocks.mins is not None:
+        blocks.mins[700] = blocks.mins[40]
+    if blocks.sub_scales is not None:
+        blocks.sub_scales[700] = blocks.sub_scales[40]
+    w = QuantizedWeight(blocks, k, kind)
+    x = inputs(64, k, seed=6)
+    x[3, 50] = float("nan")  # a NaN row: its first column
+    values = w.linear_float(x)
+    want = greedy_argmax(values)
+    assert want[3] == 0 and (want == 40).sum() >= 5 and not (want == 700).any()
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            for m in (1, 2, 5, 16, 64):
+                assert torch.equal(w.greedy_rows(x[:m]), want[:m]), (threads, m)
+    finally:
+        torch.set_num_threads(before)
+    lowest = torch.full((2, k), float("-inf"), dtype=torch.bfloat16)  # every value NaN: the first column
+    assert torch.equal(w.greedy_rows(lowest), greedy_argmax(w.linear_float(lowest)))
+    module = quantized_weight.quant_kernel()
+    with pytest.raises(RuntimeError, match="n_valid"):
+        module.quant_linear_argmax(x[:1], *w._tiles, w._kind_id, n + 100)

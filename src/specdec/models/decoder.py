@@ -411,8 +411,13 @@ class Decoder(nn.Module):
 
     def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.logits(hidden)) without the logits, where a fused head kernel computes exactly
-        that (a dense bf16 head on the AMX kernels, no softcap: tanh rounding can tie two logits); else None."""
-        if self.quantized_head is not None or self.packed_head is not None or self.arch.final_logit_softcap:
+        that (a dense bf16 head on the AMX kernels, or a quantized head; no softcap: tanh rounding can tie two
+        logits); else None."""
+        if self.arch.final_logit_softcap:
+            return None
+        if self.quantized_head is not None:  # as logits() picks its runner
+            return self.quantized_head.greedy_rows(hidden)
+        if self.packed_head is not None:
             return None
         return fused_greedy_argmax(hidden, self.head_weight())
 

@@ -125,6 +125,14 @@ class QuantizedWeight:
         y = kernel.quant_linear(x, *self._tiles, self._kind_id, dtype == torch.bfloat16)
         return y if y.shape[1] == self.out_features else y[:, : self.out_features]
 
+    def greedy_rows(self, x: torch.Tensor) -> torch.Tensor | None:
+        """greedy_argmax(self.linear_float(x)) [M] int64 without the float32 values, where the kernel has it
+        (one pass that keeps each row's best column: the LM head's logits are 1 MB a row); else None."""
+        kernel = quant_kernel() if x.device.type == "cpu" and x.dim() == 2 else None
+        if kernel is None or not hasattr(kernel, "quant_linear_argmax") or self.out_features == 0:
+            return None
+        return kernel.quant_linear_argmax(x, *self._tiles, self._kind_id, self.out_features)
+
     def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
         them, and that function's address (0 without a build here) for a C++ caller such as

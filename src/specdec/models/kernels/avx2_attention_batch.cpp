@@ -31,6 +31,10 @@ at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t 
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first);
 void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
                     int64_t count, specdec_bf16::Prefetcher* pf);
+void qk_scores_slots(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
+                     int64_t ldo, int64_t s0, int64_t s1);
+void probs_values_rows4_dims(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
+                             int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims);
 void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
                       int64_t slots, int64_t dim, uint16_t* out);
 void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
@@ -46,6 +50,8 @@ using specdec_bf16::bf16_to_float;
 constexpr int64_t kSmallRows = 16;
 // Query rows per task when one sequence's rows are split over the threads.
 constexpr int64_t kRowBlock = 16;
+// A decoding sequence's span is split over the threads in parts of at least this many slots.
+constexpr int64_t kSlotPart = 96;
 // Attention spans (see attention_span) start and end on whole groups of this many slots.
 constexpr int64_t kSpanStep = 16;
 
@@ -113,29 +119,39 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   const float fscale = static_cast<float>(scale);
   const float hidden = -std::numeric_limits<float>::infinity();
-  // Blocks of rows on the threads (a prefill chunk's hundreds of rows; a decoding sequence is one block, and
-  // inside attention_batch's own parallel region these loops run serially). Rows are independent, so the
-  // split changes no bits.
+  // Blocks of rows on the threads (a prefill chunk's hundreds of rows), and where those leave a thread idle
+  // (one decoding sequence's rows are one block) the span's slots in parts as well; inside attention_batch's
+  // own parallel region these loops run serially. Every score is its own chain and every probs x values
+  // element too, so neither split changes a bit.
   const int64_t blocks = (gn + kRowBlock - 1) / kRowBlock;
-  at::parallel_for(0, kv_heads * blocks, 1, [&](int64_t b0, int64_t b1) {
+  const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
+  const int64_t parts = kv_heads * blocks >= threads ? 1 : std::max<int64_t>(1, std::min(threads, len / kSlotPart));
+  const int64_t part_len = round_up((len + parts - 1) / parts, 48);  // whole AVX512 groups of 48 slots
+  at::parallel_for(0, kv_heads * blocks * parts, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
-      const int64_t h = b / blocks, r0 = (b % blocks) * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
-      qk_scores_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                     sp + (h * gn + r0) * len, len, pf);
+      const int64_t h = b / (blocks * parts), block = (b / parts) % blocks;
+      const int64_t r0 = block * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
+      const int64_t c0 = std::min(len, (b % parts) * part_len), c1 = std::min(len, c0 + part_len);
+      if (parts == 1)
+        qk_scores_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
+                       sp + (h * gn + r0) * len, len, pf);
+      else
+        qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
+                        sp + (h * gn + r0) * len, len, c0, c1);
       // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t g = r / n, j = r % n;
         float* row = sp + (h * gn + r) * len;
         if (mp) {
           const float* mrow = mp + (g * t + rows[j]) * capacity + first;
-          for (int64_t c = 0; c < len; ++c) {
+          for (int64_t c = c0; c < c1; ++c) {
             const float scaled = row[c] * fscale;
             row[c] = scaled + mrow[c];
           }
         } else {  // chain_mask's values: 0 for the slots [low, reach] the token sees, -inf elsewhere
           const int64_t reach = chain_slot + rows[j];
           const int64_t low = window < 0 ? 0 : std::max<int64_t>(0, reach - window + 1);
-          for (int64_t c = 0; c < len; ++c) {
+          for (int64_t c = c0; c < c1; ++c) {
             const float scaled = row[c] * fscale;
             row[c] = scaled + (first + c >= low && first + c <= reach ? 0.0f : hidden);
           }
@@ -145,13 +161,35 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   });
   std::vector<uint16_t> pb(kv_heads * gn * len);  // the probabilities, rounded to bfloat16
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
+  auto out_of = [&](int64_t hr) {  // hr = (h * groups + g) * n + j
+    const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
+    return op + rows[j] * out_row + (h * groups + g) * dim;
+  };
+  // One decoding sequence's rows (a block or less, in fours per value head) on AVX512: the softmax, then
+  // each four rows' values in parts of the head's dims on the threads.
+  const int64_t dim_parts = std::min<int64_t>(threads, dim / 64);
+  if (parts > 1 && dim_parts > 1 && dim % 64 == 0 && gn % 4 == 0 && specdec_bf16::has_avx512()) {
+    {
+      std::vector<float> e(static_cast<size_t>(len));
+      for (int64_t hr = 0; hr < kv_heads * gn; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);
+    }
+    const int64_t dims = (dim / 64 + dim_parts - 1) / dim_parts * 64;  // per part, whole 64s
+    at::parallel_for(0, kv_heads * gn / 4 * dim_parts, 1, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t hr = b / dim_parts * 4, d0 = (b % dim_parts) * dims;
+        if (d0 >= dim) continue;
+        const uint16_t* prows[4] = {pb.data() + hr * len, pb.data() + (hr + 1) * len, pb.data() + (hr + 2) * len,
+                                    pb.data() + (hr + 3) * len};
+        uint16_t* outs[4] = {out_of(hr), out_of(hr + 1), out_of(hr + 2), out_of(hr + 3)};
+        probs_values_rows4_dims(prows, vp + (hr / gn) * capacity * dim, first, len, dim, outs, d0,
+                                std::min(dims, dim - d0));
+      }
+    });
+    return;
+  }
   at::parallel_for(0, kv_heads * gn, kRowBlock, [&](int64_t r0, int64_t r1) {
     std::vector<float> e(static_cast<size_t>(len));
     for (int64_t hr = r0; hr < r1; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);
-    auto out_of = [&](int64_t hr) {  // hr = (h * groups + g) * n + j
-      const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
-      return op + rows[j] * out_row + (h * groups + g) * dim;
-    };
     int64_t hr = r0;
     for (; hr + 4 <= r1; hr += 4) {  // four rows of one value head at a time (a decode step's query heads)
       if (hr / gn != (hr + 3) / gn) break;

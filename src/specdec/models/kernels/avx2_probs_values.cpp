@@ -153,6 +153,14 @@ void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t*
   }
 }
 
+// probs_values_rows4's dims [d0, d0 + dims) only (AVX512; dims a multiple of 64): part of each of the four
+// rows' elements, each the same chain, so threads may share one decode step's rows.
+void probs_values_rows4_dims(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
+                             int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims) {
+  uint16_t* const part[4] = {outs[0] + d0, outs[1] + d0, outs[2] + d0, outs[3] + d0};
+  rows4_dims16(prows, vhead + first * dim + d0, slots, dim, part, dims, nullptr);
+}
+
 // Four rows' probs_values_row over the same value head, slots [first, first + slots) in slot order: on AVX512
 // the four rows run together (rows4_dims16), the same bits as one at a time.
 void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,

@@ -135,6 +135,13 @@ void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t 
   score_span(q, rows, keys, dim, stride, out, count, 0, count, pf);
 }
 
+// Its slots [s0, s1) only, into out's columns [s0, s1) (row stride ldo): a part of the same call's elements,
+// each the same chain, so threads may share one query row's slots.
+void qk_scores_slots(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
+                     int64_t ldo, int64_t s0, int64_t s1) {
+  score_span(q, rows, keys, dim, stride, out, ldo, s0, s1);
+}
+
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count) {
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && keys_t.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(q.dim() == 3 && keys_t.dim() == 3 && q.size(0) == keys_t.size(0) && q.size(2) == keys_t.size(1),

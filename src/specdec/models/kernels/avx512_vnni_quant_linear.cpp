@@ -278,19 +278,11 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
   }
 }
 
-}  // namespace
-
-// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 16 * tiles), float32 or with
-// out_bf16 bfloat16.
-// kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
-// kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
-// kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5). Scales float32, or float16 values.
-at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
-                        int64_t kind, bool out_bf16) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
+// Quantizes x's rows and runs every tile against them into y (values, or each row's argmax).
+void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
+         const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
-  const specdec_quant::OutputRows y(x, quants.size(0) * kTile, out_bf16);
-  if (m_size == 0 || quants.size(0) == 0) return y.y;
+  if (m_size == 0 || quants.size(0) == 0) return;
   // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
   std::vector<float> xf;
   std::vector<int8_t> q(blocks * m_size * kBlock);
@@ -302,7 +294,31 @@ at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::
     run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, y);
   else
     run_tiles(scales.data_ptr<float>(), a, quants, mins, sub_scales, kind, sub, y);
+}
+
+}  // namespace
+
+// x: [M, K] float32 or bfloat16 (K a multiple of 32); returns [M, N] (N = 16 * tiles), float32 or with
+// out_bf16 bfloat16.
+// kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
+// kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
+// kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5). Scales float32, or float16 values.
+at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
+                        int64_t kind, bool out_bf16) {
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
+  const specdec_quant::OutputRows y(x, quants.size(0) * kTile, out_bf16);
+  run(x, quants, scales, mins, sub_scales, kind, sub, y);
   return y.y;
+}
+
+// [M] int64: rows_argmax(quant_linear(x, ...)[:, :n_valid]) without the logits (see RowMaxima).
+at::Tensor quant_linear_argmax(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
+                               at::Tensor sub_scales, int64_t kind, int64_t n_valid) {
+  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
+  TORCH_CHECK(n_valid > 0 && n_valid <= quants.size(0) * kTile, "n_valid: 1 to the tiles' columns");
+  specdec_quant::RowMaxima maxima(x.size(0), n_valid, at::get_num_threads());
+  run(x, quants, scales, mins, sub_scales, kind, sub, specdec_quant::OutputRows(x, &maxima));
+  return maxima.result(x.options());
 }
 
 #pragma GCC pop_options
@@ -316,4 +332,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);
+  m.def("quant_linear_argmax", &quant_linear_argmax, "each row's argmax of quant_linear over n_valid columns",
+        py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
+        py::arg("n_valid"));
 }
