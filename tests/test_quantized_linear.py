@@ -337,3 +337,36 @@ def test_fused_argmax_equals_greedy_argmax_of_the_values(build, kind, sub):
     module = quantized_weight.quant_kernel()
     with pytest.raises(RuntimeError, match="n_valid"):
         module.quant_linear_argmax(x[:1], *w._tiles, w._kind_id, n + 100)
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_per_column_scales_give_the_per_block_bits(build, half):
+    """int8 per output channel stores one scale per column: each build reads it for every block and gives the
+    bits of the per-block layout (and of the reference) for M = 1..64, in fewer bytes; blocks whose scales
+    differ (GGUF's Q8_0) keep them per block, and packing them per column is refused."""
+    k, n = 640, 44
+    g = torch.Generator().manual_seed(8)
+    per_channel = (torch.rand(n, 1, generator=g) * 0.01 + 1e-4).expand(n, k // BLOCK).contiguous()
+    if half:
+        per_channel = per_channel.half().float()
+    blocks = BlockWeights("s8", torch.randint(-127, 128, (n, k // BLOCK, BLOCK), generator=g, dtype=torch.int8),
+                          per_channel)
+    assert quantized_weight.per_column_scales(blocks)
+    width = QUANT_BUILDS[build][3]
+    by_block = pack_tiles(blocks, width, half_scales=half)
+    by_column = pack_tiles(blocks, width, half_scales=half, per_column=True)
+    assert by_column[1].shape == (-(-n // width), 1, width) and by_column[1].numel() * (k // BLOCK) == by_block[1].numel()
+    module = quantized_weight.quant_kernel()
+    x = inputs(64, k, seed=9)
+    want = reference_linear(x, blocks)
+    for m in (1, 2, 7, 16, 64):
+        assert torch.equal(module.quant_linear(x[:m], *by_column, 0)[:, :n], want[:m]), m
+        assert torch.equal(module.quant_linear(x[:m], *by_block, 0)[:, :n], want[:m]), m
+    w = QuantizedWeight(blocks, k, "int8")
+    assert w._tiles[1].shape[1] == 1 and torch.equal(w.linear_float(x), want)
+    assert torch.equal(w.greedy_rows(x), want.argmax(-1))
+    mixed = BlockWeights("s8", blocks.q, random_blocks("s8", n, k).scales)
+    assert not quantized_weight.per_column_scales(mixed)
+    with pytest.raises(ValueError, match="per-column"):
+        pack_tiles(mixed, width, per_column=True)
+    assert QuantizedWeight(mixed, k, "Q8_0")._tiles[1].shape[1] == k // BLOCK

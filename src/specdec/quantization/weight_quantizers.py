@@ -25,7 +25,8 @@ def _half_values(t: torch.Tensor) -> torch.Tensor:
 
 def quantize_int8(weight: torch.Tensor) -> BlockWeights:
     """Symmetric int8 with one scale per output channel (vLLM's W8A16 / torchao's int8 weight-only), q in
-    -127..127; the channel's scale is repeated per block, the layout the kernel reads."""
+    -127..127; the channel's scale is repeated per block (the reference's layout; the kernels store it once
+    per column, quantized_weight.per_column_scales)."""
     w = _blocks_of(weight)
     scale = _half_values(w.abs().amax(dim=(1, 2)) / 127.0)
     safe = torch.where(scale > 0, scale, torch.ones_like(scale))

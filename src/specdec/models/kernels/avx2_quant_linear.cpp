@@ -81,7 +81,7 @@ void store_rows(const __m256* acc, int64_t row0, const specdec_quant::OutputRows
 // vectors, one per group of 4 k: column c's 4 bytes in lane c, so a lane's int32 sum is column c's dot
 // product and nothing is summed across lanes.
 template <int R, bool kSub, typename S>
-void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations& a, int64_t row0,
+void tile_s8(const int8_t* w, const S* s, int64_t s_step, const int16_t* sub, const Activations& a, int64_t row0,
              const specdec_quant::OutputRows& y, int64_t col) {
   __m256 acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_ps();
@@ -97,7 +97,7 @@ void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations&
       sub_lo = _mm256_srai_epi32(_mm256_slli_epi32(pair, 16), 16);
       sub_hi = _mm256_srai_epi32(pair, 16);
     }
-    const __m256 sv = load_scales(s + b * kTile);
+    const __m256 sv = load_scales(s + b * s_step);
     for (int r = 0; r < R; ++r) {
       const int64_t m = row0 + r;
       const int8_t* xq = a.q + m * a.kp + b * kBlock;
@@ -254,9 +254,10 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
 
 // Every tile against every row, the threads splitting tiles (columns) only.
 template <typename S>
-void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, const at::Tensor& mins,
-               const at::Tensor& sub_scales, int64_t kind, bool sub, int64_t tiles,
+void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations& a, const at::Tensor& quants,
+               const at::Tensor& mins, const at::Tensor& sub_scales, int64_t kind, bool sub, int64_t tiles,
                const specdec_quant::OutputRows& y) {
+  const int64_t s_step = specdec_quant::scale_step(scales_of_tiles, quants, kTile);  // s8: per block or column
   const int64_t m_size = y.y.size(0), blocks = a.blocks;
   const int64_t tile_bytes = blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
@@ -275,11 +276,12 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
     } else if (sub) {
       const int16_t* sb = subp + t * blocks * kTile * 2;
       for_row_blocks(m_size, [&](auto r, int64_t m) {
-        tile_s8<decltype(r)::value, true>(reinterpret_cast<const int8_t*>(w), s, sb, a, m, y, col);
+        tile_s8<decltype(r)::value, true>(reinterpret_cast<const int8_t*>(w), s, kTile, sb, a, m, y, col);
       });
     } else {
       for_row_blocks(m_size, [&](auto r, int64_t m) {
-        tile_s8<decltype(r)::value, false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, m, y, col);
+        tile_s8<decltype(r)::value, false>(reinterpret_cast<const int8_t*>(w), sp + t * (s_step ? blocks : 1) * kTile,
+                                           s_step, nullptr, a, m, y, col);
       });
     }
   }
@@ -299,9 +301,9 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
                 bsum.data());
   const Activations a{q.data(), absq.data(), dx.data(), sx.data(), bsum.data(), k_size, blocks};
   if (scales.scalar_type() == at::kHalf)
-    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, tiles, y);
+    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, quants, mins, sub_scales, kind, sub, tiles, y);
   else
-    run_tiles(scales.data_ptr<float>(), a, quants, mins, sub_scales, kind, sub, tiles, y);
+    run_tiles(scales.data_ptr<float>(), scales, a, quants, mins, sub_scales, kind, sub, tiles, y);
 }
 
 }  // namespace

@@ -21,7 +21,8 @@
 // block groups of 4 k with the 16 columns side by side: s8 [N / 16][blocks][8 groups][16][4 bytes], u4
 // [N / 16][blocks][4][16][4] (the low nibbles groups 0-3, the high ones 4-7), s5 [N / 16][blocks][5][16][4]
 // (u4's four vectors and a plane of fifth bits); scales and mins [N / 16][blocks][16] float32 or float16
-// (values that are float16: a GGUF's own, and our quantizers'), sub-scales [N / 16][blocks][16][2] int16.
+// (values that are float16: a GGUF's own, and our quantizers'), or s8 without sub-scales [N / 16][16] (one
+// per column, see scale_step), sub-scales [N / 16][blocks][16][2] int16.
 // One vector is one group of a block,
 // column c's 4 bytes in lane c, so nothing is summed across lanes, and a tile is one contiguous stream (two
 // 8-column tiles per vector, read as two streams, ran one row at 0.6x the memory's speed).
@@ -106,15 +107,15 @@ inline void block_dots(const __m512i* wv, const int8_t* x, __m512i& lo, __m512i&
 // holds the running sums. A tile's block is 8 vectors, one per group of 4 k: column c's 4 bytes in lane c,
 // so a lane's int32 sum is column c's dot product and nothing is summed across lanes.
 template <bool kSub, typename S>
-void tile_s8(const int8_t* w, const S* s, const int16_t* sub, const Activations& a, int64_t row0, int64_t rows,
-             float* acc) {
+void tile_s8(const int8_t* w, const S* s, int64_t s_step, const int16_t* sub, const Activations& a, int64_t row0,
+             int64_t rows, float* acc) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   for (int64_t b = 0; b < a.blocks; ++b) {
     const int8_t* wb = w + b * kTile * kBlock;
     prefetch_ahead<8>(wb);
     __m512i wv[8];
     for (int g = 0; g < 8; ++g) wv[g] = _mm512_xor_si512(load(wb + g * 64), flip);  // q + 128, unsigned
-    const __m512 sv = load_scales(s + b * kTile);
+    const __m512 sv = load_scales(s + b * s_step);
     __m512i sub_lo = _mm512_setzero_si512(), sub_hi = sub_lo;
     if (kSub) {  // column c's two int16 sub-scales -> int32 lane c
       const __m512i pairs = load(sub + b * kTile * 2);
@@ -249,11 +250,14 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
 
 // Every tile against every row, the threads splitting tiles (columns) only; scales float32 or float16 (S).
 template <typename S>
-void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, const at::Tensor& mins,
-               const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
+void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations& a, const at::Tensor& quants,
+               const at::Tensor& mins, const at::Tensor& sub_scales, int64_t kind, bool sub,
+               const specdec_quant::OutputRows& y) {
   const int64_t m_size = a.m, tiles = quants.size(0);
   const int64_t tile_bytes = a.blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
   const int64_t tile_scales = a.blocks * kTile;  // scales (and int16 pairs) per tile
+  const int64_t s_step = specdec_quant::scale_step(scales_of_tiles, quants, kTile);  // s8: per block or column
+  const int64_t s8_scales = s_step == 0 ? kTile : tile_scales;
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
   const int16_t* subp = sub ? sub_scales.data_ptr<int16_t>() : nullptr;
   const S* minp = kind == 1 ? static_cast<const S*>(mins.data_ptr()) : nullptr;  // the scales' type
@@ -270,9 +274,9 @@ void run_tiles(const S* sp, const Activations& a, const at::Tensor& quants, cons
       else if (kind == 1)
         tile_u4(w, s, minp + t * tile_scales, a, row0, rows, acc);
       else if (sub)
-        tile_s8<true>(reinterpret_cast<const int8_t*>(w), s, subp + t * tile_scales * 2, a, row0, rows, acc);
+        tile_s8<true>(reinterpret_cast<const int8_t*>(w), s, kTile, subp + t * tile_scales * 2, a, row0, rows, acc);
       else
-        tile_s8<false>(reinterpret_cast<const int8_t*>(w), s, nullptr, a, row0, rows, acc);
+        tile_s8<false>(reinterpret_cast<const int8_t*>(w), sp + t * s8_scales, s_step, nullptr, a, row0, rows, acc);
       for (int64_t r = 0; r < rows; ++r) y.store(row0 + r, t * kTile, acc + r * kTile, kTile);
     }
   }
@@ -291,9 +295,9 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
   const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
   if (scales.scalar_type() == at::kHalf)
-    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), a, quants, mins, sub_scales, kind, sub, y);
+    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, quants, mins, sub_scales, kind, sub, y);
   else
-    run_tiles(scales.data_ptr<float>(), a, quants, mins, sub_scales, kind, sub, y);
+    run_tiles(scales.data_ptr<float>(), scales, a, quants, mins, sub_scales, kind, sub, y);
 }
 
 }  // namespace

@@ -34,14 +34,22 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks && quants.size(2) == (kind == 0 ? 8 : kind == 1 ? 4 : 5) &&
               quants.size(3) == tile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
   TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
-  TORCH_CHECK((scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf) &&
-              scales.numel() == tiles * blocks * tile, "scales layout");
   const bool sub = kind == 0 && sub_scales.numel() > 0;
+  TORCH_CHECK((scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf) &&
+              (scales.numel() == tiles * blocks * tile || (kind == 0 && !sub && scales.numel() == tiles * tile)),
+              "scales layout");
   if (sub)
     TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * tile * 2, "sub");
   if (kind == 1)
     TORCH_CHECK(mins.scalar_type() == scales.scalar_type() && mins.numel() == tiles * blocks * tile, "mins");
   return sub;
+}
+
+// Scales between one block's and the next in a tile: s8 without sub-scales may store one scale per column
+// (int8 per output channel: the same value in every block, 2 bytes a block of 32 fewer to read), read for
+// every block as the per-block layout would give it, so the arithmetic and the bits are the same.
+inline int64_t scale_step(const at::Tensor& scales, const at::Tensor& quants, int64_t tile) {
+  return scales.numel() == quants.size(0) * tile && quants.size(1) > 1 ? 0 : tile;
 }
 
 // Whether a block of x is all finite. A NaN or an infinity has no int8 value (the reference's products are
