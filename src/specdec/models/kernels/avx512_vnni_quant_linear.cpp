@@ -282,7 +282,7 @@ void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations
   }
 }
 
-// Quantizes x's rows and runs every tile against them into y (values, or each row's argmax).
+// Quantizes x's rows and runs every tile against them into y (specdec_quant::RunTiles).
 void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
@@ -309,20 +309,13 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
 // kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5). Scales float32, or float16 values.
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
-  const specdec_quant::OutputRows y(x, quants.size(0) * kTile, out_bf16);
-  run(x, quants, scales, mins, sub_scales, kind, sub, y);
-  return y.y;
+  return specdec_quant::linear_values(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, out_bf16);
 }
 
 // [M] int64: rows_argmax(quant_linear(x, ...)[:, :n_valid]) without the logits (see RowMaxima).
 at::Tensor quant_linear_argmax(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
                                at::Tensor sub_scales, int64_t kind, int64_t n_valid) {
-  const bool sub = specdec_quant::check_quant_args(x, quants, scales, mins, sub_scales, kind, kTile, kBlock);
-  TORCH_CHECK(n_valid > 0 && n_valid <= quants.size(0) * kTile, "n_valid: 1 to the tiles' columns");
-  specdec_quant::RowMaxima maxima(x.size(0), n_valid, at::get_num_threads());
-  run(x, quants, scales, mins, sub_scales, kind, sub, specdec_quant::OutputRows(x, &maxima));
-  return maxima.result(x.options());
+  return specdec_quant::linear_argmax(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, n_valid);
 }
 
 #pragma GCC pop_options

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
+#include <ATen/Parallel.h>
 #include <c10/util/Exception.h>
 #include <immintrin.h>
 #include <omp.h>
@@ -168,5 +169,30 @@ struct OutputRows {
     for (int64_t i = 0; i < n; ++i) out[i] = specdec_bf16::float_to_bf16(v[i]);
   }
 };
+
+// A build's core: quantizes x's rows and runs every tile against them into y (values, or each row's argmax).
+using RunTiles = void (*)(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
+                          const at::Tensor& sub_scales, int64_t kind, bool sub, const OutputRows& y);
+
+// quant_linear of a build with `tile` columns per tile: [M, N] float32, or bfloat16 with out_bf16.
+inline at::Tensor linear_values(RunTiles run, int64_t tile, int64_t block, at::Tensor x, const at::Tensor& quants,
+                                const at::Tensor& scales, const at::Tensor& mins, const at::Tensor& sub_scales,
+                                int64_t kind, bool out_bf16) {
+  const bool sub = check_quant_args(x, quants, scales, mins, sub_scales, kind, tile, block);
+  const OutputRows y(x, quants.size(0) * tile, out_bf16);
+  run(x, quants, scales, mins, sub_scales, kind, sub, y);
+  return y.y;
+}
+
+// [M] int64: rows_argmax(quant_linear(x, ...)[:, :n_valid]) without the values (see RowMaxima).
+inline at::Tensor linear_argmax(RunTiles run, int64_t tile, int64_t block, at::Tensor x, const at::Tensor& quants,
+                                const at::Tensor& scales, const at::Tensor& mins, const at::Tensor& sub_scales,
+                                int64_t kind, int64_t n_valid) {
+  const bool sub = check_quant_args(x, quants, scales, mins, sub_scales, kind, tile, block);
+  TORCH_CHECK(n_valid > 0 && n_valid <= quants.size(0) * tile, "n_valid: 1 to the tiles' columns");
+  RowMaxima maxima(x.size(0), n_valid, at::get_num_threads());
+  run(x, quants, scales, mins, sub_scales, kind, sub, OutputRows(x, &maxima));
+  return maxima.result(x.options());
+}
 
 }  // namespace specdec_quant
