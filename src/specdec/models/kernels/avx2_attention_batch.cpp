@@ -29,10 +29,8 @@
 
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count);
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first);
-void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
-                    int64_t count, specdec_bf16::Prefetcher* pf);
 void qk_scores_slots(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
-                     int64_t ldo, int64_t s0, int64_t s1);
+                     int64_t ldo, int64_t s0, int64_t s1, specdec_bf16::Prefetcher* pf);
 void probs_values_rows4_dims(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
                              int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims);
 void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
@@ -132,12 +130,8 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       const int64_t h = b / (blocks * parts), block = (b / parts) % blocks;
       const int64_t r0 = block * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
       const int64_t c0 = std::min(len, (b % parts) * part_len), c1 = std::min(len, c0 + part_len);
-      if (parts == 1)
-        qk_scores_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                       sp + (h * gn + r0) * len, len, pf);
-      else
-        qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                        sp + (h * gn + r0) * len, len, c0, c1);
+      qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
+                      sp + (h * gn + r0) * len, len, c0, c1, pf);
       // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t g = r / n, j = r % n;

@@ -129,17 +129,11 @@ inline void score_span(const float* q, int64_t rows, const uint16_t* keys, int64
 }  // namespace
 
 // qk_scores_at's arithmetic on raw pointers, on the caller's thread: `rows` float32 query rows (stride dim)
-// against `count` slots of keys [dim, stride] (already offset to the first slot); out [rows, count].
-void qk_scores_rows(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
-                    int64_t count, specdec_bf16::Prefetcher* pf) {
-  score_span(q, rows, keys, dim, stride, out, count, 0, count, pf);
-}
-
-// Its slots [s0, s1) only, into out's columns [s0, s1) (row stride ldo): a part of the same call's elements,
-// each the same chain, so threads may share one query row's slots.
+// against keys [dim, stride] (already offset to the first slot), slots [s0, s1) into out's columns [s0, s1)
+// (row stride ldo). Every element is its own chain, so threads may share one query row's slots.
 void qk_scores_slots(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
-                     int64_t ldo, int64_t s0, int64_t s1) {
-  score_span(q, rows, keys, dim, stride, out, ldo, s0, s1);
+                     int64_t ldo, int64_t s0, int64_t s1, specdec_bf16::Prefetcher* pf) {
+  score_span(q, rows, keys, dim, stride, out, ldo, s0, s1, pf);
 }
 
 at::Tensor qk_scores_at(at::Tensor q, at::Tensor keys_t, int64_t first, int64_t count) {
