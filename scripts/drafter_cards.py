@@ -78,7 +78,7 @@ def describe(data: dict) -> str:
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
-        "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3"]
+        "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"},
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",

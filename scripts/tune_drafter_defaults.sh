@@ -5,8 +5,8 @@
 #   tune   MT-Bench (never the held-out kinds), B=1, greedy, 128 tokens: Medusa's small trees and DFlash's
 #          draft lengths and thresholds (the settings no earlier run had measured on all 8 categories)
 #   auto   MT-Bench: each stored shape with "num_speculative_tokens": "auto" against its fixed length
-#   eagle3 MT-Bench, 2 questions per category: EAGLE-3's stored chain and tree beside a 7-token chain (the row
-#          kernel's 8-row block), for its specdec_tuning after a retrain (not part of the default PARTS)
+#   eagle3 MT-Bench, 2 questions per category: EAGLE-3's stored chain beside dynamic trees, for its
+#          specdec_tuning after a retrain or a kernel change (not part of the default PARTS)
 #   check  the bare configs (the stored settings) beside fixed lengths on the other kinds (scripts/check_defaults.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -58,10 +58,13 @@ if has auto; then
     --output "$OUT/auto-mt_bench.json" | tee "$OUT/auto-mt_bench.txt"
 fi
 E='"method": "eagle3", "model": "gemma-3-270m-eagle3"'
+# trees of 15 nodes: with the root, 16 verification rows, one tile of rows in the AMX head's int8 screen
 EAGLE3="[
- {$E, \"num_speculative_tokens\": 8, \"confidence_threshold\": 0.45},
  {$E, \"num_speculative_tokens\": 7, \"confidence_threshold\": 0.45},
- {$E, \"num_speculative_tokens\": 6, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 8, \"confidence_threshold\": 0.3}
+ {$E, \"num_speculative_tokens\": 6, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 8, \"confidence_threshold\": 0.3},
+ {$E, \"num_speculative_tokens\": 7, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 12, \"confidence_threshold\": 0.2},
+ {$E, \"num_speculative_tokens\": 8, \"tree_top_k\": 4, \"tree_num_draft_tokens\": 15, \"confidence_threshold\": 0.1},
+ {$E, \"num_speculative_tokens\": 10, \"tree_top_k\": 3, \"tree_num_draft_tokens\": 15, \"confidence_threshold\": 0.1}
 ]"
 if has eagle3; then
   .venv/bin/specdec bench --prompts "$MT" --per-category 2 --speculative-config "$EAGLE3" --no-progress \

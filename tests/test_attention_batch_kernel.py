@@ -149,6 +149,40 @@ def test_one_decoding_sequence_splits_its_span_and_dims_over_the_threads(rows, w
         torch.set_num_threads(before)
 
 
+@pytest.mark.parametrize("rows", [2, 9, 16])
+@pytest.mark.parametrize("window", [None, 100])
+def test_one_verified_tree_on_raw_pointers_equals_attention_and_the_tensor_path(rows, window):
+    """A verified draft tree (Gemma 3 270M's shape, its rows in tree slot order) runs on raw pointers like a
+    chain: every row equals decoder.attention alone over its columns, on one thread and on two (the span's
+    slots split over them), and the tensor-op path (taken for an order that is not contiguous) gives the
+    same bits."""
+    heads, kv_heads, groups, dim = 4, 1, 4, 256
+    g = torch.Generator().manual_seed(rows * 11 + (window or 0))
+    kern = fast_linear.kernel()
+    before = torch.get_num_threads()
+    try:
+        for length in (5, 200, 517, 990):
+            q = torch.randn(rows, heads, dim, generator=g).bfloat16()
+            k = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            v = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            keys_t, values, mask, order, positions = _sequence(g, rows, 1024, length, True, window, kv_heads, dim,
+                                                               groups)
+            kt, vv = keys_t.clone(), values.clone()
+            kt[:, :, length : length + rows] = k.permute(1, 2, 0)
+            vv[:, length : length + rows] = v.transpose(0, 1)
+            want = _expected_rows(q, kt, vv, mask, order, positions, length, window, 0.0625, groups)
+            strided = order.t().contiguous().t()  # the same values, not contiguous
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                for o in (order, strided):
+                    got = kern.attention_batch(q, k, v, [keys_t.clone()], [values.clone()], [mask], [o], [0],
+                                               [rows], [length], positions, -1 if window is None else window,
+                                               0.0625)
+                    assert torch.equal(got, want), (length, threads, o.is_contiguous())
+    finally:
+        torch.set_num_threads(before)
+
+
 @pytest.mark.parametrize("window", [None, 8, 100])
 def test_a_chain_without_a_mask_gets_the_mask_build_mask_gives(window):
     """The runtime passes no mask for a chain: the kernel's own (committed slot s holds position s; row i sees

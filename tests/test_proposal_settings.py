@@ -55,7 +55,7 @@ def test_a_key_the_user_gives_wins_and_the_rest_stay_stored():
 def test_asking_for_a_tree_takes_the_stored_tree():
     out = _resolve(method="eagle3", model=EAGLE, tree_top_k=3)
     assert (out["num_speculative_tokens"], out["tree_top_k"], out["tree_num_draft_tokens"],
-            out["confidence_threshold"]) == (6, 3, 8, 0.3)
+            out["confidence_threshold"]) == (10, 3, 15, 0.1)
     out = _resolve(method="eagle3", model=EAGLE, tree_top_k=1)  # a chain, asked for explicitly
     assert out["num_speculative_tokens"] == 7 and out["confidence_threshold"] == 0.45
 

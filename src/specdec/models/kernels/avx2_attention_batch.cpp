@@ -91,8 +91,8 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
   out_rows.index_copy_(0, rows, pv.view({kv_heads, groups, n, dim}).permute({2, 0, 1, 3}).reshape({n, heads * dim}));
 }
 
-// span_rows for rows that read the cache in slot order (no tree order), with the same arithmetic on raw
-// pointers and no tensor op. A decoding sequence ran about fifteen small tensor ops per layer through
+// span_rows with the same arithmetic on raw pointers and no tensor op: rows that read the cache in slot
+// order, or a verified tree's rows in their tree order (`order`, scored up to `reach_end`). A decoding sequence ran about fifteen small tensor ops per layer through
 // span_rows, microseconds each: at 32 sequences that was a fifth of a decode step. Needs contiguous cache
 // buffers and mask, and q's last axis contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
 // committed tokens, whose mask (chain_mask's) is applied as it is read instead of being built.
@@ -101,9 +101,15 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, const at::Tensor& keys_t,
                              const at::Tensor& values, const float* mp, int64_t chain_slot, int64_t window,
                              const std::vector<int64_t>& rows, int64_t first, int64_t end, int64_t t, int64_t kv_heads,
-                             int64_t groups, double scale, uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf) {
+                             int64_t groups, double scale, uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf,
+                             const int64_t* order = nullptr, int64_t reach_end = 0) {
   const int64_t n = static_cast<int64_t>(rows.size()), dim = keys_t.size(1), len = end - first;
   const int64_t capacity = keys_t.size(2), gn = groups * n;
+  // A tree in slot order (order [t, capacity]: the slot each column of a row reads) scores every slot its
+  // columns may read, [first, reach_end), then gathers each row's columns, as span_rows does with tensor ops.
+  const bool tree = order != nullptr;
+  const int64_t scored = tree ? reach_end - first : len;
+  TORCH_CHECK(!tree || (mp != nullptr && scored >= len), "a tree needs its mask and a reach past its span");
   // query rows as float32 (exact) in (kv head, group, row) order, as span_rows lays them out
   std::vector<float> qf(kv_heads * gn * dim);
   for (int64_t h = 0; h < kv_heads * groups; ++h)
@@ -112,7 +118,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       float* dst = qf.data() + (h * n + j) * dim;
       for (int64_t d = 0; d < dim; ++d) dst[d] = bf16_to_float(src[d]);
     }
-  std::vector<float> scores(static_cast<size_t>(kv_heads * gn * len));
+  std::vector<float> scores(static_cast<size_t>(kv_heads * gn * scored));
   float* sp = scores.data();
   const auto* kp = reinterpret_cast<const uint16_t*>(keys_t.data_ptr<at::BFloat16>()) + first;
   const float fscale = static_cast<float>(scale);
@@ -123,15 +129,16 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
   // element too, so neither split changes a bit.
   const int64_t blocks = (gn + kRowBlock - 1) / kRowBlock;
   const int64_t threads = at::in_parallel_region() ? 1 : at::get_num_threads();
-  const int64_t parts = kv_heads * blocks >= threads ? 1 : std::max<int64_t>(1, std::min(threads, len / kSlotPart));
-  const int64_t part_len = round_up((len + parts - 1) / parts, 48);  // whole AVX512 groups of 48 slots
+  const int64_t parts = kv_heads * blocks >= threads ? 1 : std::max<int64_t>(1, std::min(threads, scored / kSlotPart));
+  const int64_t part_len = round_up((scored + parts - 1) / parts, 48);  // whole AVX512 groups of 48 slots
   at::parallel_for(0, kv_heads * blocks * parts, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t h = b / (blocks * parts), block = (b / parts) % blocks;
       const int64_t r0 = block * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
-      const int64_t c0 = std::min(len, (b % parts) * part_len), c1 = std::min(len, c0 + part_len);
+      const int64_t c0 = std::min(scored, (b % parts) * part_len), c1 = std::min(scored, c0 + part_len);
       qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                      sp + (h * gn + r0) * len, len, c0, c1, pf);
+                      sp + (h * gn + r0) * scored, scored, c0, c1, pf);
+      if (tree) continue;  // scaled and masked once gathered, below
       // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
       for (int64_t r = r0; r < r1; ++r) {
         const int64_t g = r / n, j = r % n;
@@ -159,6 +166,26 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
     const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
     return op + rows[j] * out_row + (h * groups + g) * dim;
   };
+  if (tree) {  // per row: gather its columns' scores, * scale + mask, softmax, values read in its slot order
+    at::parallel_for(0, kv_heads * gn, 1, [&](int64_t r0, int64_t r1) {
+      std::vector<float> row(static_cast<size_t>(len)), e(static_cast<size_t>(len));
+      for (int64_t hr = r0; hr < r1; ++hr) {
+        const int64_t g = (hr % gn) / n, j = hr % n;
+        const int64_t* orow = order + rows[j] * capacity + first;
+        const float* mrow = mp + (g * t + rows[j]) * capacity + first;
+        const float* full = sp + hr * scored;
+        for (int64_t c = 0; c < len; ++c) {
+          const int64_t s = orow[c] - first;
+          TORCH_CHECK(s >= 0 && s < scored, "a tree column reads a slot outside its scored span");
+          const float scaled = full[s] * fscale;
+          row[c] = scaled + mrow[c];
+        }
+        softmax_row_bf16(row.data(), len, first, e.data(), pb.data() + hr * len);
+        probs_values_row(pb.data() + hr * len, orow, vp + (hr / gn) * capacity * dim, first, len, dim, out_of(hr));
+      }
+    });
+    return;
+  }
   // One decoding sequence's rows (a block or less, in fours per value head) on AVX512: the softmax, then
   // each four rows' values in parts of the head's dims on the threads.
   const int64_t dim_parts = std::min<int64_t>(threads, dim / 64);
@@ -236,8 +263,10 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   TORCH_CHECK(order.numel() == 0 || (order.dim() == 2 && order.size(0) == t && order.size(1) == capacity),
               "order [T, capacity]");
   const bool ordered = order.numel() > 0;
-  // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step.
-  const bool raw = !ordered && keys_t.is_contiguous() && values.is_contiguous() && (!given || given_mask.is_contiguous()) &&
+  // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step and
+  // every verified tree (its mask given, its order contiguous int64).
+  const bool raw = (!ordered || (given && order.is_contiguous() && order.scalar_type() == at::kLong)) &&
+                   keys_t.is_contiguous() && values.is_contiguous() && (!given || given_mask.is_contiguous()) &&
                    q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.is_contiguous();
   // KVCache.write: pending slots [slot, slot + t)
   if (raw) {
@@ -281,7 +310,8 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               q.stride(0), q.stride(1), keys_t, values, given ? given_mask.data_ptr<float>() : nullptr,
                               slot, window, rows, first, stop, t, kv_heads, groups,
                               scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
-                              out.stride(0), pf);
+                              out.stride(0), pf, ordered ? order.data_ptr<int64_t>() : nullptr,
+                              std::max(stop, slot + t));
     } else {
       auto out_rows = out.narrow(0, start, t);
       span_rows(q.narrow(0, start, t), keys_t, values, mask, order, at::tensor(rows, index), first, stop,
