@@ -26,10 +26,10 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
 # The commands as they were run, when the shipped drafters were in the repository's top-level drafters/ folder
 # (now src/specdec/drafters/; --init-from also takes a drafter's name, e.g. gemma-3-270m-eagle3)
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/long-train-all,datasets/gemma-3-270m-distill-128-s19 --output "
-              "out/train/eagle3-long4 --init-from gemma-3-270m-eagle3 --max-steps 800 --tokens-per-step 2048 --lr "
-              "1.5e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4096 --feature-cache "
-              "data/fc-long2 --cache-budget-gb 16` (`data/long-train-all`: lines 13-686 of the committed "
+    "eagle3": "specdec train eagle3 --data data/long-train-all2,datasets/gemma-3-270m-distill-128-s19 --output "
+              "out/train/eagle3-long6 --init-from gemma-3-270m-eagle3 --max-steps 800 --tokens-per-step 2048 --lr "
+              "1e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4608 --feature-cache "
+              "data/fc-long --cache-budget-gb 16` (`data/long-train-all2`: lines 13-827 of the committed "
               "`datasets/gemma-3-270m-distill-long`, whose first 12 samples are the accuracy-by-position set below; "
               "`datasets/gemma-3-270m-distill-128-s19` brings code and math",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
@@ -78,14 +78,15 @@ def describe(data: dict) -> str:
 # Bench runs whose reports the cards quote (benchmarks/results/<run>-<prompt set>.json), oldest first: a
 # configuration measured again in a later run is quoted from that run only.
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
-        "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon"]
+        "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
+        "eagle3-long6"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"},
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
-                                      "held-out-before", "held-out-shipped", "defaults/check"}}
+                                      "held-out-before", "held-out-shipped", "defaults/check",
+                                      "eagle3-long4-candidate", "hybrid-k7", "eagle3-trees-xeon"}}
 # Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
-MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long4-candidate"): "out/train/eagle3-long4",
-               ("gemma-3-270m-eagle3", "hybrid-k7"): "out/train/eagle3-long4"}
+MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long6"): "out/train/eagle3-long6"}
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:
