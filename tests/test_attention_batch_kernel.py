@@ -117,14 +117,16 @@ def test_decoding_sequences_with_four_query_heads_per_kv_head(dim, window):
         assert torch.equal(got[i : i + 1], expected[i]), i
 
 
-@pytest.mark.parametrize("rows", [1, 3, 4])
+@pytest.mark.parametrize("rows,tree", [(1, False), (3, False), (4, False), (2, True), (9, True), (16, True)])
 @pytest.mark.parametrize("window", [None, 100])
-def test_one_decoding_sequence_splits_its_span_and_dims_over_the_threads(rows, window):
-    """One sequence's decode step or short chain (Gemma 3 270M's shape) is one block of rows: its span's
-    slots and its values' dims are split over the threads instead. Every row must still equal
-    decoder.attention alone, on one thread and on two, over spans from 16 to about 1000 slots."""
+def test_one_decoding_sequence_splits_its_span_and_dims_over_the_threads(rows, tree, window):
+    """One sequence's decode step, short chain or verified draft tree (Gemma 3 270M's shape) is one block of
+    rows: its span's slots and its values' dims are split over the threads instead. Every row must still
+    equal decoder.attention alone, on one thread and on two, over spans from 16 to about 1000 slots: a chain
+    with an explicit mask and with the kernel's own, a tree (in tree slot order, on raw pointers like a
+    chain) with a contiguous order and with one that is not (the tensor-op path: the same bits)."""
     heads, kv_heads, groups, dim = 4, 1, 4, 256
-    g = torch.Generator().manual_seed(rows * 7 + (window or 0))
+    g = torch.Generator().manual_seed(rows * 7 + (window or 0) + tree)
     kern = fast_linear.kernel()
     before = torch.get_num_threads()
     try:
@@ -132,53 +134,22 @@ def test_one_decoding_sequence_splits_its_span_and_dims_over_the_threads(rows, w
             q = torch.randn(rows, heads, dim, generator=g).bfloat16()
             k = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
             v = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
-            keys_t, values, mask, _, positions = _sequence(g, rows, 1024, length, False, window, kv_heads, dim,
-                                                           groups)
-            kt, vv = keys_t.clone(), values.clone()
-            kt[:, :, length : length + rows] = k.permute(1, 2, 0)
-            vv[:, length : length + rows] = v.transpose(0, 1)
-            want = _expected_rows(q, kt, vv, mask, None, positions, length, window, 0.0625, groups)
-            for threads in (1, 2):
-                torch.set_num_threads(threads)
-                for m in (mask, torch.empty(0)):  # an explicit mask, and the kernel's own chain mask
-                    got = kern.attention_batch(q, k, v, [keys_t.clone()], [values.clone()], [m], [_NO_ORDER], [0],
-                                               [rows], [length], positions, -1 if window is None else window,
-                                               0.0625)
-                    assert torch.equal(got, want), (length, threads)
-    finally:
-        torch.set_num_threads(before)
-
-
-@pytest.mark.parametrize("rows", [2, 9, 16])
-@pytest.mark.parametrize("window", [None, 100])
-def test_one_verified_tree_on_raw_pointers_equals_attention_and_the_tensor_path(rows, window):
-    """A verified draft tree (Gemma 3 270M's shape, its rows in tree slot order) runs on raw pointers like a
-    chain: every row equals decoder.attention alone over its columns, on one thread and on two (the span's
-    slots split over them), and the tensor-op path (taken for an order that is not contiguous) gives the
-    same bits."""
-    heads, kv_heads, groups, dim = 4, 1, 4, 256
-    g = torch.Generator().manual_seed(rows * 11 + (window or 0))
-    kern = fast_linear.kernel()
-    before = torch.get_num_threads()
-    try:
-        for length in (5, 200, 517, 990):
-            q = torch.randn(rows, heads, dim, generator=g).bfloat16()
-            k = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
-            v = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
-            keys_t, values, mask, order, positions = _sequence(g, rows, 1024, length, True, window, kv_heads, dim,
+            keys_t, values, mask, order, positions = _sequence(g, rows, 1024, length, tree, window, kv_heads, dim,
                                                                groups)
             kt, vv = keys_t.clone(), values.clone()
             kt[:, :, length : length + rows] = k.permute(1, 2, 0)
             vv[:, length : length + rows] = v.transpose(0, 1)
             want = _expected_rows(q, kt, vv, mask, order, positions, length, window, 0.0625, groups)
-            strided = order.t().contiguous().t()  # the same values, not contiguous
+            # (mask, order): a tree's order as built and strided (the same values); a chain's mask or none
+            calls = ([(mask, order), (mask, order.t().contiguous().t())] if tree
+                     else [(mask, _NO_ORDER), (torch.empty(0), _NO_ORDER)])
             for threads in (1, 2):
                 torch.set_num_threads(threads)
-                for o in (order, strided):
-                    got = kern.attention_batch(q, k, v, [keys_t.clone()], [values.clone()], [mask], [o], [0],
+                for m, o in calls:
+                    got = kern.attention_batch(q, k, v, [keys_t.clone()], [values.clone()], [m], [o], [0],
                                                [rows], [length], positions, -1 if window is None else window,
                                                0.0625)
-                    assert torch.equal(got, want), (length, threads, o.is_contiguous())
+                    assert torch.equal(got, want), (length, threads, m.numel(), o.is_contiguous())
     finally:
         torch.set_num_threads(before)
 
