@@ -92,9 +92,10 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 }
 
 // span_rows with the same arithmetic on raw pointers and no tensor op: rows that read the cache in slot
-// order, or a verified tree's rows in their tree order (`order`, scored up to `reach_end`). A decoding sequence ran about fifteen small tensor ops per layer through
-// span_rows, microseconds each: at 32 sequences that was a fifth of a decode step. Needs contiguous cache
-// buffers and mask, and q's last axis contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
+// order, or a verified tree's rows in their tree order (`order`, scored up to `reach_end`). A decoding
+// sequence ran about fifteen small tensor ops per layer through span_rows, microseconds each: at 32
+// sequences that was a fifth of a decode step. Needs contiguous cache buffers and mask, and q's last axis
+// contiguous. `mp`: the additive mask [groups * t, capacity], or null for a chain after `chain_slot`
 // committed tokens, whose mask (chain_mask's) is applied as it is read instead of being built.
 // qp: the sequence's first query row ([t, heads, dim] with strides q_row, q_head, 1); op: its first output
 // row (stride out_row).
