@@ -20,6 +20,18 @@ def _scorer(logits: torch.Tensor, calls: list[tuple[int, int, int]] | None = Non
     return head_logits
 
 
+def _maxer(logits: torch.Tensor, calls: list[tuple[int, int, int]]):
+    """head_max over the same table, found as a runtime's kernel would: without handing out the logits."""
+
+    def head_max(hidden: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+        calls.append((hidden.shape[0], columns.start, columns.stop))
+        part = logits[hidden[:, 0].long()][:, columns]
+        index = part.argmax(-1)
+        return part.gather(1, index[:, None])[:, 0], index
+
+    return head_max
+
+
 def _rows(n: int) -> torch.Tensor:
     return torch.arange(n, dtype=torch.float32)[:, None]
 
@@ -40,6 +52,9 @@ def test_equals_verify_greedy(k, vocab, levels, seed, follow):
     draft = [target[i] if i < follow else int(torch.randint(0, vocab, (), generator=gen)) for i in range(k)]
     want = verify_greedy(draft, logits)
     assert verify_greedy_early_exit(draft, _rows(k + 1), _scorer(logits), vocab) == want
+    calls: list[tuple[int, int, int]] = []
+    found = verify_greedy_early_exit(draft, _rows(k + 1), _scorer(logits), vocab, head_max=_maxer(logits, calls))
+    assert found == want and calls  # the slices went through head_max
 
 
 @settings(max_examples=300, deadline=None)
@@ -62,6 +77,10 @@ def test_trees_equal_verify_tree_greedy(n, vocab, levels, seed):
         draft.append(target[p + 1] if agree else int(torch.randint(0, vocab, (), generator=gen)))
     want = verify_tree_greedy(draft, parents, logits)
     assert verify_greedy_early_exit(draft, _rows(n + 1), _scorer(logits), vocab, parents=parents) == want
+    calls: list[tuple[int, int, int]] = []
+    found = verify_greedy_early_exit(draft, _rows(n + 1), _scorer(logits), vocab, parents=parents,
+                                     head_max=_maxer(logits, calls))
+    assert found == want and calls
 
 
 def test_a_rejected_nodes_subtree_leaves_the_later_slices():
@@ -94,6 +113,16 @@ def test_plain_decoding_scores_the_head_in_one_call():
     calls: list[tuple[int, int, int]] = []
     out = verify_greedy_early_exit([], _rows(1), _scorer(logits, calls), 50)
     assert out.next_token == int(logits.argmax()) and calls == [(1, 0, 50)]
+
+
+def test_a_runtime_without_slice_maxima_falls_back_to_the_logits():
+    """head_max answering None (a bf16 head, a range starting inside a tile) scores the slice instead."""
+    logits = torch.randn(3, 50, generator=torch.Generator().manual_seed(3))
+    target = logits.argmax(-1).tolist()
+    draft = [target[0], (target[1] + 1) % 50]
+    calls: list[tuple[int, int, int]] = []
+    out = verify_greedy_early_exit(draft, _rows(3), _scorer(logits, calls), 50, head_max=lambda h, c: None)
+    assert out == verify_greedy(draft, logits) and calls
 
 
 def test_slices_cover_the_vocabulary_once():

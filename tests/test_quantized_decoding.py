@@ -75,13 +75,19 @@ def _configs(target, tmp_path) -> dict[str, dict]:
 @pytest.mark.parametrize("mode", ["int8", "int4"])
 @pytest.mark.parametrize("method", ["ngram", "self_draft", "eagle3_chain", "eagle3_tree", "medusa", "mtp", "dflash",
                                     "hybrid"])
-def test_greedy_equals_plain_decoding_of_the_quantized_model(quantized, tmp_path, mode, method):
+def test_greedy_equals_plain_decoding_of_the_quantized_model(quantized, tmp_path, mode, method, monkeypatch):
     target = quantized("gemma_untied", mode)
     config = _configs(target, tmp_path)[method]
+    found = []  # the head's slice maxima found in the kernel (greedy early exit without the logits)
+    max_columns = quantized_weight.QuantizedWeight.max_columns
+    monkeypatch.setattr(quantized_weight.QuantizedWeight, "max_columns",
+                        lambda self, x, c: found.append(max_columns(self, x, c)) or found[-1])
     plain, spec = LLM(loaded=target), LLM(loaded=target, speculative_config=config)
     for prompt in PROMPTS:
         assert spec.generate(prompt, greedy())[0].outputs[0].token_ids == plain.generate(prompt, greedy())[0].outputs[0].token_ids
     assert spec.stats.num_draft_tokens > 0  # drafts were really verified
+    if quantized_weight.quant_kernel() is not None:
+        assert any(f is not None for f in found)
 
 
 def test_self_draft_of_all_layers_accepts_everything(quantized):

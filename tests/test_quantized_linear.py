@@ -339,6 +339,42 @@ def test_fused_argmax_equals_greedy_argmax_of_the_values(build, kind, sub):
         module.quant_linear_argmax(x[:1], *w._tiles, w._kind_id, n + 100)
 
 
+@pytest.mark.parametrize("kind, sub", CASES)
+def test_column_maxima_equal_the_argmax_and_value_of_the_columns(build, kind, sub):
+    """max_columns (quant_linear_max over the tiles of a column range) gives each row's greedy_argmax of
+    linear_columns over that range and the value there, for M up to 16 and ranges that end inside a tile:
+    ties to the first column, a NaN row to its first NaN; a range starting inside a tile is left to the
+    caller (None)."""
+    from specdec.models.greedy_argmax import greedy_argmax
+
+    k, n = 96, 1003
+    blocks = random_blocks(kind, n, k, seed=7, sub=sub)
+    blocks.scales[520] *= 50  # column 520 is many rows' maximum, and column 600 ties it exactly
+    blocks.q[600] = blocks.q[520]
+    blocks.scales[600] = blocks.scales[520]
+    if blocks.mins is not None:
+        blocks.mins[600] = blocks.mins[520]
+    if blocks.sub_scales is not None:
+        blocks.sub_scales[600] = blocks.sub_scales[520]
+    w = QuantizedWeight(blocks, k, kind)
+    x = inputs(16, k, seed=8)
+    x[2, 40] = float("nan")
+    width = quantized_weight.quant_tile_width()
+    for columns in (slice(0, n), slice(0, 64), slice(512, n), slice(width, 300)):
+        values = w.linear_columns(x, columns)
+        index = greedy_argmax(values)
+        value = values.gather(1, index[:, None])[:, 0]
+        assert index[2] == 0 and value[2].isnan()
+        if columns.start == 512:
+            assert (index == 520 - 512).sum() >= 3 and not (index == 600 - 512).any()
+        for m in (1, 3, 16):
+            got = w.max_columns(x[:m], columns)
+            assert got is not None
+            assert torch.equal(got[1], index[:m]), (columns, m)
+            assert torch.allclose(got[0], value[:m], rtol=0, atol=0, equal_nan=True)
+    assert w.max_columns(x, slice(width + 1, 300)) is None
+
+
 @pytest.mark.parametrize("half", [False, True])
 def test_per_column_scales_give_the_per_block_bits(build, half):
     """int8 per output channel stores one scale per column: each build reads it for every block and gives the

@@ -217,7 +217,7 @@ def _after_verify(seq: SequenceState, plan: _Planned, result: ForwardResult) -> 
     runtime = seq.runtime
     if plan.call.logit_rows is None:
         target = TargetRows(final_hidden=result.final_hidden, head_logits=runtime.head_logits,
-                            vocab_size=runtime.vocab_size)
+                            head_max=runtime.head_max, vocab_size=runtime.vocab_size)
     else:
         target = TargetRows(logits=result.logits, argmax=result.argmax)
     outcome = verify(verified.tokens, verified.parents, verified.probs, target, seq.params, seq.generator)

@@ -103,6 +103,11 @@ class ModelRuntime(ABC):
         slice, or token ids [c])."""
         raise NotImplementedError(f"{type(self).__name__} does not score vocabulary slices")
 
+    def head_max(self, hidden: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(values [n] float32, indices [n] int64 within `columns`): greedy_argmax of head_logits(hidden,
+        columns) per row and the logit there, where found without the logits; else None."""
+        return None
+
     def prefill(self, tokens: Sequence[int], capture: Sequence[int] = ()) -> ForwardResult:
         """Forwards and commits a whole chunk; returns the last row's logits."""
         result = self.forward(tokens, capture=capture, logit_rows="last")
@@ -207,6 +212,9 @@ class NativeRuntime(ModelRuntime):
 
     def head_logits(self, hidden: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
         return self.decoder.logits(hidden, columns)
+
+    def head_max(self, hidden: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+        return self.decoder.head_max(hidden, columns)
 
     def commit(self, kept: Sequence[int]) -> None:
         self._require_cache().commit(kept)

@@ -147,6 +147,23 @@ class QuantizedWeight:
             return None
         return kernel.quant_linear_argmax(x, *self._tiles, self._kind_id, self.out_features)
 
+    def max_columns(self, x: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """(values [M] float32, indices [M] int64 within `columns`): each row's greedy_argmax over
+        linear_columns(x, columns) and the value there, without the float32 values of the other columns, in
+        one kernel pass over the tiles covering them; None where the kernel lacks it or `columns` starts
+        inside a tile (then score the columns)."""
+        kernel = quant_kernel() if x.device.type == "cpu" and x.dim() == 2 else None
+        if kernel is None or not hasattr(kernel, "quant_linear_max") or columns.step not in (None, 1):
+            return None
+        start, stop, _ = columns.indices(self.out_features)
+        width = self._width
+        if stop <= start or start % width:
+            return None
+        t0, t1 = start // width, -(-stop // width)
+        tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
+        indices, values = kernel.quant_linear_max(x, *tiles, self._kind_id, stop - start)
+        return values, indices
+
     def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
         them, and that function's address (0 without a build here) for a C++ caller such as

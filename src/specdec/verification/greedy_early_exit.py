@@ -31,6 +31,20 @@ SLICE_FRACTIONS = (1 / 16, 1 / 8, 1 / 4, 1 / 2, 1)
 
 # (final-normed rows [n, H], vocabulary columns: a slice or ids [c]) -> float32 logits [n, c]
 HeadLogits = Callable[[torch.Tensor, "slice | torch.Tensor"], torch.Tensor]
+# (final-normed rows [n, H], a slice of the vocabulary) -> (values [n] float32, indices [n] int64 within the
+# slice): each row's greedy_argmax over head_logits(rows, slice) and the logit there, found without writing
+# the logits (a quantized head's kernel), or None where the runtime cannot
+HeadMax = Callable[[torch.Tensor, slice], "tuple[torch.Tensor, torch.Tensor] | None"]
+
+
+def _slice_max(head_logits: HeadLogits, head_max: HeadMax | None, hidden: torch.Tensor,
+               columns: slice) -> tuple[torch.Tensor, torch.Tensor]:
+    found = None if head_max is None else head_max(hidden, columns)
+    if found is not None:
+        return found
+    logits = head_logits(hidden, columns)
+    index = greedy_argmax(logits)
+    return logits.gather(1, index[:, None])[:, 0], index
 
 
 def slice_bounds(vocab_size: int) -> list[int]:
@@ -61,15 +75,18 @@ def _settle(dead: list[bool], parents: Sequence[int], rejected: Sequence[bool]) 
 
 
 def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_logits: HeadLogits,
-                             vocab_size: int, parents: Sequence[int] | None = None) -> Verification:
+                             vocab_size: int, parents: Sequence[int] | None = None,
+                             head_max: HeadMax | None = None) -> Verification:
     """`hidden` [n + 1, H]: the final-normed states of the verified rows (row 0 scores the token after the
     root, row i + 1 the token after draft node i); `parents` as in verification/tree.py (None: a chain);
-    `head_logits` scores any rows over any vocabulary columns."""
+    `head_logits` scores any rows over any vocabulary columns; `head_max` (None: from head_logits) gives each
+    row's best over a slice."""
     n = len(draft)
     if hidden.shape[0] != n + 1:
         raise ValueError(f"need {n + 1} rows of hidden states for {n} draft tokens")
     if n == 0:  # plain decoding: one row, one call over the whole head
-        return Verification(num_accepted=0, next_token=int(greedy_argmax(head_logits(hidden, slice(0, vocab_size))[0])))
+        best = _slice_max(head_logits, head_max, hidden, slice(0, vocab_size))
+        return Verification(num_accepted=0, next_token=int(best[1][0]))
     parents = list(range(-1, n - 1)) if parents is None else list(parents)
     if len(parents) != n:
         raise ValueError(f"{len(parents)} parents for {n} draft tokens")
@@ -87,9 +104,7 @@ def verify_greedy_early_exit(draft: Sequence[int], hidden: torch.Tensor, head_lo
     rows = torch.as_tensor([0, *(i + 1 for i in range(n) if not dead[i])], device=device)
     bounds = slice_bounds(vocab_size)
     for start, stop in zip(bounds, bounds[1:]):
-        logits = head_logits(hidden[rows], slice(start, stop))
-        index = greedy_argmax(logits)
-        value = logits.gather(1, index[:, None])[:, 0]
+        value, index = _slice_max(head_logits, head_max, hidden[rows], slice(start, stop))
         better = value > best_value[rows]  # strictly: an earlier slice keeps a tie, as argmax does
         best_value[rows] = torch.where(better, value, best_value[rows])
         best_index[rows] = torch.where(better, index + start, best_index[rows])

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import torch
 
 from specdec.sampling_params import SamplingParams
-from specdec.verification.greedy_early_exit import HeadLogits, verify_greedy_early_exit
+from specdec.verification.greedy_early_exit import HeadLogits, HeadMax, verify_greedy_early_exit
 from specdec.verification.probabilities import sampling_probs
 from specdec.verification.result import Verification
 from specdec.verification.tree import verify_tree_greedy, verify_tree_sampling
@@ -24,6 +24,7 @@ class TargetRows:
     logits: torch.Tensor | None = None
     final_hidden: torch.Tensor | None = None
     head_logits: HeadLogits | None = None
+    head_max: HeadMax | None = None  # each row's best logit over a slice, without the logits (None: from them)
     vocab_size: int = 0
     argmax: torch.Tensor | None = None  # greedy_argmax(logits) when the forward computed it (enough for greedy)
 
@@ -46,7 +47,7 @@ def verify(
         if target.final_hidden is None or target.head_logits is None:
             raise ValueError("greedy early exit needs the final hidden rows and a slice-exact head")
         return verify_greedy_early_exit(tokens, target.final_hidden, target.head_logits, target.vocab_size,
-                                        parents=parents)
+                                        parents=parents, head_max=target.head_max)
     if params.greedy:
         return verify_tree_greedy(tokens, parents, target.logits, target.argmax)
     if target.logits is None:

@@ -324,6 +324,13 @@ at::Tensor quant_linear_argmax(at::Tensor x, at::Tensor quants, at::Tensor scale
   return specdec_quant::linear_argmax(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, n_valid);
 }
 
+// (indices, values): quant_linear_argmax's picks with their values (see specdec_quant::linear_max).
+std::tuple<at::Tensor, at::Tensor> quant_linear_max(at::Tensor x, at::Tensor quants, at::Tensor scales,
+                                                    at::Tensor mins, at::Tensor sub_scales, int64_t kind,
+                                                    int64_t n_valid) {
+  return specdec_quant::linear_max(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, n_valid);
+}
+
 // quant_linear's address, for the CPU module's quant_decoder_layer (kernels/avx2_decoder_layer.cpp), which calls
 // it without going back through Python
 int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear); }
@@ -334,6 +341,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);
   m.def("quant_linear_argmax", &quant_linear_argmax, "each row's argmax of quant_linear over n_valid columns",
+        py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
+        py::arg("n_valid"));
+  m.def("quant_linear_max", &quant_linear_max, "each row's argmax of quant_linear over n_valid columns, and its value",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("n_valid"));
 }

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <tuple>
 #include <limits>
 #include <vector>
 
@@ -116,10 +117,16 @@ struct RowMaxima {
     }
   }
 
-  // [m] int64: the threads' candidates merged by the same rule
-  at::Tensor result(const at::TensorOptions& options) const {
+  // [m] int64: the threads' candidates merged by the same rule; with `values` ([m] float32) also each
+  // row's value there (NaN where the pick is a NaN)
+  at::Tensor result(const at::TensorOptions& options, at::Tensor* values = nullptr) const {
     at::Tensor out = at::empty({m}, options.dtype(at::kLong));
     int64_t* o = out.data_ptr<int64_t>();
+    float* val = nullptr;
+    if (values != nullptr) {
+      *values = at::empty({m}, options.dtype(at::kFloat));
+      val = values->data_ptr<float>();
+    }
     for (int64_t r = 0; r < m; ++r) {
       int64_t nan = -1, pick = -1;
       float top = 0.0f;
@@ -129,6 +136,7 @@ struct RowMaxima {
         if (at[k] >= 0 && (pick < 0 || best[k] > top || (best[k] == top && at[k] < pick))) top = best[k], pick = at[k];
       }
       o[r] = nan >= 0 ? nan : std::max<int64_t>(pick, 0);
+      if (val != nullptr) val[r] = nan >= 0 ? kNaN : top;
     }
     return out;
   }
@@ -193,6 +201,22 @@ inline at::Tensor linear_argmax(RunTiles run, int64_t tile, int64_t block, at::T
   RowMaxima maxima(x.size(0), n_valid, at::get_num_threads());
   run(x, quants, scales, mins, sub_scales, kind, sub, OutputRows(x, &maxima));
   return maxima.result(x.options());
+}
+
+// (indices [M] int64, values [M] float32): linear_argmax's picks and quant_linear's value there (the first
+// NaN's index and NaN where a row has one), for greedy verification's early exit, which compares slices of
+// the vocabulary by their best values without writing their logits.
+inline std::tuple<at::Tensor, at::Tensor> linear_max(RunTiles run, int64_t tile, int64_t block, at::Tensor x,
+                                                     const at::Tensor& quants, const at::Tensor& scales,
+                                                     const at::Tensor& mins, const at::Tensor& sub_scales,
+                                                     int64_t kind, int64_t n_valid) {
+  const bool sub = check_quant_args(x, quants, scales, mins, sub_scales, kind, tile, block);
+  TORCH_CHECK(n_valid > 0 && n_valid <= quants.size(0) * tile, "n_valid: 1 to the tiles' columns");
+  RowMaxima maxima(x.size(0), n_valid, at::get_num_threads());
+  run(x, quants, scales, mins, sub_scales, kind, sub, OutputRows(x, &maxima));
+  at::Tensor values;
+  at::Tensor indices = maxima.result(x.options(), &values);
+  return {indices, values};
 }
 
 }  // namespace specdec_quant
