@@ -96,23 +96,41 @@ SPECDEC_AVX512 int64_t row_dims16(const uint16_t* prow, const int64_t* orow, con
 // the four rows instead of once per row (a decode step's query heads that share a KV head read the same
 // values; loading them per row made probs x values bound by L2 reads). Each element is still its own row's
 // FMA chain over s in ascending order, skipping the slots where its own row's probability is zero.
+// `orow` (or null: slot order): column s reads value slot orow[s] for all four rows (a verified tree's token
+// read by each query head that shares its KV head), vbase then being the head's slot 0. The probabilities are
+// widened to float32 once (exact), so a slot's four broadcasts are single loads, and a slot where all four
+// are nonzero (nearly all of a span) runs its sixteen FMAs without a branch per row.
 SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
-                                 uint16_t* const* outs, int64_t dims, specdec_bf16::Prefetcher* pf) {
+                                 uint16_t* const* outs, int64_t dims, specdec_bf16::Prefetcher* pf,
+                                 const int64_t* orow = nullptr) {
+  thread_local std::vector<float> wide;
+  wide.resize(static_cast<size_t>(4 * slots));
+  for (int r = 0; r < 4; ++r)
+    for (int64_t s = 0; s < slots; ++s) wide[r * slots + s] = bf16_to_float(prows[r][s]);
+  const float* pw[4] = {wide.data(), wide.data() + slots, wide.data() + 2 * slots, wide.data() + 3 * slots};
   for (int64_t d0 = 0; d0 + 64 <= dims; d0 += 64) {
     __m512 acc[4][4];
     for (int r = 0; r < 4; ++r)
       for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
     for (int64_t s = 0; s < slots; ++s) {
-      const uint16_t p0 = prows[0][s], p1 = prows[1][s], p2 = prows[2][s], p3 = prows[3][s];
+      const uint16_t z0 = prows[0][s] & 0x7FFF, z1 = prows[1][s] & 0x7FFF, z2 = prows[2][s] & 0x7FFF,
+                     z3 = prows[3][s] & 0x7FFF;
       if (pf) pf->pump(2);
-      if (((p0 | p1 | p2 | p3) & 0x7FFF) == 0) continue;
-      const uint16_t* v = vbase + s * dim + d0;
+      if ((z0 | z1 | z2 | z3) == 0) continue;
+      const uint16_t* v = vbase + (orow ? orow[s] : s) * dim + d0;
       __m512 vv[4];
       for (int c = 0; c < 4; ++c) vv[c] = load_bf16x16(v + 16 * c);
-      const uint16_t ps[4] = {p0, p1, p2, p3};
+      if (z0 != 0 && z1 != 0 && z2 != 0 && z3 != 0) {
+        for (int r = 0; r < 4; ++r) {
+          const __m512 p = _mm512_set1_ps(pw[r][s]);
+          for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
+        }
+        continue;
+      }
+      const uint16_t zs[4] = {z0, z1, z2, z3};
       for (int r = 0; r < 4; ++r) {
-        if ((ps[r] & 0x7FFF) == 0) continue;
-        const __m512 p = _mm512_set1_ps(bf16_to_float(ps[r]));
+        if (zs[r] == 0) continue;  // a zero probability adds nothing: skipped, as probs_values_row skips it
+        const __m512 p = _mm512_set1_ps(pw[r][s]);
         for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_fmadd_ps(p, vv[c], acc[r][c]);
       }
     }
@@ -174,6 +192,23 @@ void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int
   for (int r = 0; r < 4; ++r) {  // dims past the last multiple of 64: row by row, on a scratch row
     std::vector<uint16_t> full(static_cast<size_t>(dim));
     probs_values_row(prows[r], nullptr, vhead, first, slots, dim, full.data());
+    std::memcpy(outs[r] + done, full.data() + done, static_cast<size_t>(dim - done) * 2);
+  }
+}
+
+// Four rows' probs_values_row over the same value head that read the value slots in one order `orow` (the
+// query heads of one tree token that share a KV head): on AVX512 together, the same bits as one at a time.
+void probs_values_rows4_ordered(const uint16_t* const* prows, const int64_t* orow, const uint16_t* vhead,
+                                int64_t slots, int64_t dim, uint16_t* const* outs) {
+  int64_t done = 0;
+  if (has_avx512()) {
+    done = dim / 64 * 64;
+    rows4_dims16(prows, vhead, slots, dim, outs, done, nullptr, orow);
+  }
+  if (done == dim) return;
+  for (int r = 0; r < 4; ++r) {  // dims past the last multiple of 64: row by row, on a scratch row
+    std::vector<uint16_t> full(static_cast<size_t>(dim));
+    probs_values_row(prows[r], orow, vhead, 0, slots, dim, full.data());
     std::memcpy(outs[r] + done, full.data() + done, static_cast<size_t>(dim - done) * 2);
   }
 }
