@@ -76,6 +76,40 @@ def test_a_sequences_rows_do_not_depend_on_the_others_in_the_call():
         assert torch.equal(together[:, i : i + 1], alone)
 
 
+def test_listed_entries_are_the_documented_arithmetic_over_them():
+    """A draft tree's level: each row sees entries 0 .. P - 1 and its listed ones (its ancestors and itself),
+    in that order; a causal sequence beside it in the same call keeps its own rows."""
+    from specdec.drafting.eagle3_model import ListedVisibility
+
+    dim, heads, kv_heads = 16, 4, 1
+    kv = caches([14, 6], kv_heads, dim, seed=4)
+    level = ListedVisibility(8, [[9, 11], [10, 12], [13]])  # three new rows (entries 11-13) over a context of 8
+    q = torch.randn(heads, 3 + 2, dim, generator=torch.Generator().manual_seed(5))
+    scale = 1 / math.sqrt(dim)
+    out = kernel.draft_attention(q, [k for k, _ in kv], [v for _, v in kv], [3, 2], scale,
+                                 [level.slots(), torch.empty(0, dtype=torch.long)])
+    k, v = kv[0]
+    for r, entries in enumerate(level.listed):
+        seen = list(range(level.prefix)) + entries
+        for h in range(heads):
+            assert torch.equal(out[h, r], documented_row(q[h, r], k[0, seen], v[0, seen], scale)), (r, h)
+    causal = kernel.draft_attention(q[:, 3:].contiguous(), [kv[1][0]], [kv[1][1]], [2], scale)
+    assert torch.equal(out[:, 3:], causal)
+    mask = level.mask(14, torch.device("cpu"))
+    assert mask.sum().item() == 3 * 8 + 5 and bool(mask[0, 9]) and not bool(mask[0, 10])
+
+
+def test_bad_listed_entries_are_refused():
+    from specdec.drafting.eagle3_model import ListedVisibility
+
+    kv = caches([10], 1, 16)
+    q = torch.randn(4, 2, 16)
+    for bad in (ListedVisibility(5, [[6, 6], [9]]), ListedVisibility(5, [[4], [9]]), ListedVisibility(5, [[6], [10]]),
+                ListedVisibility(11, [[], []])):
+        with pytest.raises(RuntimeError, match="slots"):
+            kernel.draft_attention(q, [kv[0][0]], [kv[0][1]], [2], 0.25, [bad.slots()])
+
+
 def test_bad_arguments_are_refused():
     kv = caches([5], 1, 16)
     q = torch.randn(4, 2, 16)
@@ -105,21 +139,53 @@ def test_a_drafter_step_with_the_kernel_matches_the_torch_path(zoo, tmp_path, mo
     h = torch.randn(sum(rows), c.hidden_size, generator=gen).to(torch.bfloat16)
     tokens = torch.randint(0, 50, (sum(rows),), generator=gen)
 
-    def run() -> torch.Tensor:
+    # the second sequence as a draft tree's level instead: three nodes over a context of 4 (entries 4-6 hold
+    # a first level, whose nodes 0 and 2 are the parents of the new rows 7-9)
+    level = eagle3_model.ListedVisibility(4, [[4, 7], [4, 8], [6, 9]])
+
+    def run(tree: bool = False) -> torch.Tensor:
         caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
                   for _ in rows]
         for cache, past in zip(caches, (4, 7, 2)):  # some context already cached
             cache.append(torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past)),
                          torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past + 1)))
-        positions = torch.tensor([4, 7, 8, 9, 2, 3])
+        positions = torch.tensor([4, 7, 8, 9, 2, 3] if not tree else [4, 5, 5, 5, 2, 3])
         with torch.inference_mode():
-            return drafter.step_batch(h, tokens, positions, caches, rows)
+            return drafter.step_batch(h, tokens, positions, caches, [rows[0], level if tree else rows[1], rows[2]])
 
     calls: list[int] = []
     real = eagle3_model._kernel_attention
     monkeypatch.setattr(eagle3_model, "_kernel_attention", lambda *a: calls.append(1) or real(*a))
-    with_kernel = run()
-    assert calls
+    with_kernel, tree_with_kernel = run(), run(tree=True)
+    assert len(calls) == 2
+    assert not torch.equal(tree_with_kernel[1:4], with_kernel[1:4]) and torch.equal(tree_with_kernel[4:], with_kernel[4:])
     monkeypatch.setattr(eagle3_model, "_draft_kernel", lambda q: None)
-    torch_path = run()
+    torch_path, tree_torch_path = run(), run(tree=True)
     torch.testing.assert_close(with_kernel.float(), torch_path.float(), rtol=0.02, atol=0.02)
+    torch.testing.assert_close(tree_with_kernel.float(), tree_torch_path.float(), rtol=0.02, atol=0.02)
+
+
+def test_the_fused_qkv_projection_gives_the_three_projections_bits(zoo, tmp_path):
+    """Inference runs q, k and v as one linear over their stacked weights: the same bits as three."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec import LLM
+
+    from specdec.drafting.draft_layers import rope
+    from specdec.models.fast_linear import module_linear
+
+    target = zoo.load("gemma3_text", "bfloat16")
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
+                                                  "model": make_random_eagle3(target, tmp_path / "d")})
+    attn = llm.new_proposer().drafter.layers[0].self_attn
+    assert attn.q_proj.weight.dtype == torch.bfloat16
+    x = torch.randn(5, attn.q_proj.in_features, generator=torch.Generator().manual_seed(6)).bfloat16()
+    positions = torch.arange(3, 8)
+    with torch.inference_mode():
+        fused = attn.qkv(x, positions)
+        c = attn.c
+        parts = [module_linear(m, x).view(5, heads, c.head_dim).transpose(0, 1)
+                 for m, heads in ((attn.q_proj, c.num_attention_heads), (attn.k_proj, c.num_key_value_heads),
+                                  (attn.v_proj, c.num_key_value_heads))]
+    separate = (rope(parts[0], positions, c.rope_theta), rope(parts[1], positions, c.rope_theta), parts[2])
+    for a, b in zip(fused, separate):
+        assert torch.equal(a, b)

@@ -20,7 +20,7 @@ from specdec.drafting.context_vocab import ContextVocab, greedy_tops
 from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.eagle3_model import DraftKVCache
+from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
@@ -300,14 +300,15 @@ def _trees(ps: Sequence[Eagle3Proposer], h_roots: torch.Tensor, contexts: Sequen
             for j in members:
                 frontier, nodes = requests[j]
                 start, n, context = ps[j].cache.length, len(frontier), contexts[j]  # type: ignore[union-attr]
-                visible = torch.zeros(n, start + n, dtype=torch.bool, device=dev)
-                visible[:, :context] = True
-                for row, i in enumerate(frontier):
-                    visible[row, start + row] = True
+                listed = []
+                for row, i in enumerate(frontier):  # each node sees the context, its ancestors and itself
+                    entries = [start + row]
                     a = nodes[i].parent
                     while a != -1:
-                        visible[row, slots[j][a]] = True
+                        entries.append(slots[j][a])
                         a = nodes[a].parent
+                    listed.append(sorted(entries))
+                visible = ListedVisibility(context, listed)
                 h_in += [hidden[j][nodes[i].parent] if nodes[i].parent != -1 else h_roots[j : j + 1] for i in frontier]
                 toks.append(ps[j]._to_target(torch.tensor([nodes[i].token for i in frontier], device=dev)))
                 positions += [context + nodes[i].depth - 1 for i in frontier]
@@ -315,7 +316,7 @@ def _trees(ps: Sequence[Eagle3Proposer], h_roots: torch.Tensor, contexts: Sequen
                 starts.append(start)
             out = drafter.step_batch(torch.cat(h_in), torch.cat(toks), torch.tensor(positions, device=dev),
                                      [ps[j].cache for j in members], visibles)  # type: ignore[misc]
-            counts = [v.shape[0] for v in visibles]
+            counts = [v.rows for v in visibles]
             row0 = 0
             for j, start, n, logits in zip(members, starts, counts, _vocab_logits([ps[j] for j in members], out, counts)):
                 for row, i in enumerate(requests[j][0]):

@@ -22,7 +22,7 @@ from torch import nn
 from specdec.drafting.draft_layers import GatedMLP, RMSNorm, rope
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models import fast_linear
-from specdec.models.fast_linear import module_linear as _lin
+from specdec.models.fast_linear import linear, module_linear as _lin
 
 
 @dataclass
@@ -55,14 +55,31 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
+        self._qkv: tuple[tuple[int, ...], torch.Tensor] | None = None
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[n, 2H] -> q [heads, n, d], k and v [kv_heads, n, d], RoPE applied."""
         c, n = self.c, x.shape[0]
-        q = _lin(self.q_proj, x).view(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
-        k = _lin(self.k_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
-        v = _lin(self.v_proj, x).view(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        q_size, kv_size = c.num_attention_heads * c.head_dim, c.num_key_value_heads * c.head_dim
+        if torch.is_grad_enabled() or x.dim() != 2:
+            q, k, v = _lin(self.q_proj, x), _lin(self.k_proj, x), _lin(self.v_proj, x)
+        else:  # inference: one linear over [q; k; v] (each row's bits are its three products': row-invariant)
+            q, k, v = linear(x.to(self.q_proj.weight.dtype), self._qkv_weight()).split([q_size, kv_size, kv_size], 1)
+        q = q.reshape(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
+        k = k.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
+        v = v.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
+
+    def _qkv_weight(self) -> torch.Tensor:
+        """[q; k; v] weights, rebuilt when any changed (training steps, loading): a drafter step's three
+        projections in one kernel call (a tree level is a handful of rows, where each call's fixed cost counts)."""
+        ws = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+        key = tuple(x for w in ws for x in (w.data_ptr(), w._version))
+        if self._qkv is None or self._qkv[0] != key:
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: packing tracks its version
+                self._qkv = (key, torch.cat([w.detach() for w in ws]).contiguous())
+                fast_linear.pack_weight(self._qkv[1])  # where the AMX kernels are: their layout, same bits
+        return self._qkv[1]
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
         """[heads, n, d] -> [n, H]"""
@@ -77,6 +94,41 @@ class Eagle3Layer(nn.Module):
         self.self_attn = Eagle3Attention(c)
         self.post_attention_layernorm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self.mlp = GatedMLP(c.hidden_size, c.intermediate_size)
+
+
+@dataclass
+class ListedVisibility:
+    """What each new row of a draft tree's level sees of the drafter's cache: entries 0 .. prefix - 1 (the
+    context) and then `listed[row]`, ascending (its ancestors' entries and its own). The kernel reads the
+    entries straight from these lists; a [rows, L] mask of them took a few tensor ops and a Python loop per
+    row to build, and torch's masked attention over a 2k-entry cache about 0.65 ms a level."""
+
+    prefix: int
+    listed: list[list[int]]
+
+    @property
+    def rows(self) -> int:
+        return len(self.listed)
+
+    def slots(self) -> torch.Tensor:
+        """int64 [rows, 1 + W]: the prefix, then the listed entries, -1 after each row's last (the kernel's form)."""
+        width = max((len(x) for x in self.listed), default=0)
+        out = torch.full((self.rows, 1 + width), -1, dtype=torch.long)
+        out[:, 0] = self.prefix
+        for r, entries in enumerate(self.listed):
+            out[r, 1 : 1 + len(entries)] = torch.tensor(entries, dtype=torch.long)
+        return out
+
+    def mask(self, length: int, device: torch.device) -> torch.Tensor:
+        """bool [rows, length]: the same entries as a mask (torch's path)."""
+        visible = torch.zeros(self.rows, length, dtype=torch.bool, device=device)
+        visible[:, : self.prefix] = True
+        for r, entries in enumerate(self.listed):
+            visible[r, entries] = True
+        return visible
+
+
+Visibility = torch.Tensor | int | ListedVisibility  # a [rows, L] mask, n causal rows, or listed entries
 
 
 def _expand_kv(x: torch.Tensor, heads: int) -> torch.Tensor:
@@ -117,11 +169,12 @@ class Eagle3Drafter(SharedTargetParts):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         cache: DraftKVCache,
-        visible: torch.Tensor | int,
+        visible: Visibility,
     ) -> torch.Tensor:
         """Inference: n new entries appended to `cache`; `visible` [n, cache_len_after] says which cache
         entries (including the new ones) each new entry attends to, or is n: causal (each new entry sees
-        the cache before it and the new ones up to itself). Returns the layer outputs [n, H]."""
+        the cache before it and the new ones up to itself), or lists them (ListedVisibility). Returns the
+        layer outputs [n, H]."""
         return self.step_batch(h, tokens, positions, [cache], [visible])
 
     def step_batch(
@@ -130,7 +183,7 @@ class Eagle3Drafter(SharedTargetParts):
         tokens: torch.Tensor,
         positions: torch.Tensor,
         caches: list[DraftKVCache],
-        visibles: Sequence[torch.Tensor | int],
+        visibles: Sequence[Visibility],
     ) -> torch.Tensor:
         """`step` for several sequences at once: their rows one after another (sequence i brings
         visibles[i].shape[0] rows, or visibles[i] causal ones, and its own cache). Projections and MLP run
@@ -139,13 +192,17 @@ class Eagle3Drafter(SharedTargetParts):
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
-        kernel = _draft_kernel(q) if all(isinstance(n, int) and n <= KERNEL_ROWS for n in visibles) else None
+        kernel = _draft_kernel(q) if all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS)
+                                         for n in visibles) else None
         if kernel is not None:
             return self._layer_output(residual, _kernel_attention(kernel, q, k, v, caches, visibles).to(h.dtype))  # type: ignore[arg-type]
         parts, start = [], 0
         for cache, visible in zip(caches, visibles):
-            n = visible if isinstance(visible, int) else visible.shape[0]
+            n = visible if isinstance(visible, int) else visible.rows if isinstance(visible, ListedVisibility) \
+                else visible.shape[0]
             keys, values = cache.append(k[:, start : start + n], v[:, start : start + n])
+            if isinstance(visible, ListedVisibility):
+                visible = visible.mask(keys.shape[1], keys.device)
             parts.append(_cached_attention(q[:, start : start + n], keys, values,
                                            None if isinstance(visible, int) else visible))
             start += n
@@ -199,20 +256,26 @@ def _draft_kernel(q: torch.Tensor) -> Any | None:
 
 
 def _kernel_attention(kernel: Any, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, caches: Sequence[DraftKVCache],
-                      rows: Sequence[int]) -> torch.Tensor:
-    """Causal attention of every sequence's new rows over its own cache in one kernel call
-    (kernels/avx2_draft_attention.cpp): [heads, sum rows, d] float32. At 32 sequences drafting one row each,
-    the per-sequence torch ops cost more than the arithmetic."""
-    keys, values, start = [], [], 0
-    for cache, n in zip(caches, rows):
+                      visibles: Sequence[int | ListedVisibility]) -> torch.Tensor:
+    """Attention of every sequence's new rows over its own cache in one kernel call (causal, or a tree
+    level's listed entries; kernels/avx2_draft_attention.cpp): [heads, sum rows, d] float32. At 32 sequences
+    drafting one row each, the per-sequence torch ops cost more than the arithmetic."""
+    keys, values, rows, start = [], [], [], 0
+    for cache, visible in zip(caches, visibles):
+        n = visible.rows if isinstance(visible, ListedVisibility) else visible
         cache_k, cache_v = cache.append(k[:, start : start + n], v[:, start : start + n])
         keys.append(cache_k)
         values.append(cache_v)
+        rows.append(n)
         start += n
     if start != q.shape[1]:
         raise ValueError(f"{start} rows for {q.shape[1]} inputs")
     qf = q.to(torch.float32).contiguous()
-    return kernel.draft_attention(qf, keys, values, list(rows), 1.0 / math.sqrt(q.shape[-1]))
+    empty = torch.empty(0, dtype=torch.long)
+    slots = [x.slots() if isinstance(x, ListedVisibility) else empty for x in visibles]
+    if all(x.numel() == 0 for x in slots):
+        slots = []
+    return kernel.draft_attention(qf, keys, values, rows, 1.0 / math.sqrt(q.shape[-1]), slots)
 
 
 def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,

@@ -8,8 +8,11 @@
 // than torch's ops. At 32 sequences of one row and 300 entries: 0.88 ms against 1.36 ms.
 //
 // Sequence i brings rows[i] new rows, the last rows[i] entries of its cache of L_i entries; new row r attends
-// to entries 0 .. L_i - rows[i] + r. The arithmetic of one row and head, float32, the same whatever else is
-// in the call:
+// to entries 0 .. L_i - rows[i] + r, or, where the call gives the sequence `slots` (a level of a draft tree,
+// whose rows see the context and their own ancestors only), to entries 0 .. P - 1 and then the listed ones:
+// slots[i] int64 [rows[i], 1 + W], column 0 P, the rest ascending entries, -1 after the last. Below, t counts
+// a row's visible entries in that order. The arithmetic of one row and head, float32, the same whatever
+// else is in the call:
 //   s[t] = (q . k[t]) * scale, the dot product summed in 8 lanes (dimension d into lane d mod 8, ascending),
 //          the lanes then added pairwise (4 = l + (l + 4), then 2, 1);
 //   m = max of s; e[t] = exp(s[t] - m) as avx2_exp.h computes it; S = e[0] + e[1] + ... in ascending t;
@@ -39,9 +42,11 @@ constexpr int kMaxGroup = 8;  // query heads per KV head handled together (more:
 
 // The scores of `g` query heads (sharing one KV head) over `visible` keys: each key is read once for all of
 // them; each head's dot product is summed as the header documents.
-void group_scores(const float* const* q, int g, const float* keys, int64_t visible, int64_t dim, float* const* s) {
+// `at` (null: entry t is visible entry t) maps a visible entry to its cache entry.
+void group_scores(const float* const* q, int g, const float* keys, int64_t visible, int64_t dim, float* const* s,
+                  const int64_t* at) {
   for (int64_t t = 0; t < visible; ++t) {
-    const float* k = keys + t * dim;
+    const float* k = keys + (at ? at[t] : t) * dim;
     __m256 acc[kMaxGroup];
     for (int j = 0; j < g; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < dim; d += 8) {
@@ -71,20 +76,20 @@ float softmax_in_place(std::vector<float>& e, int64_t visible, float scale) {
 
 // one new row of one KV head: the `g` query heads sharing it, the keys and values read once for all of them
 void attend_group(const float* const* q, int g, const float* keys, const float* values, int64_t visible,
-                  int64_t dim, float scale, std::vector<float>* e, float* const* out) {
+                  int64_t dim, float scale, std::vector<float>* e, float* const* out, const int64_t* at) {
   float* s[kMaxGroup];
   for (int j = 0; j < g; ++j) {
     e[j].resize(static_cast<size_t>((visible + 7) / 8 * 8));
     s[j] = e[j].data();
   }
-  group_scores(q, g, keys, visible, dim, s);
+  group_scores(q, g, keys, visible, dim, s, at);
   __m256 inverse[kMaxGroup];
   for (int j = 0; j < g; ++j) inverse[j] = _mm256_set1_ps(softmax_in_place(e[j], visible, scale));
   for (int64_t d = 0; d < dim; d += 8) {  // each head's sum over ascending t, the value chunk read once
     __m256 acc[kMaxGroup];
     for (int j = 0; j < g; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t t = 0; t < visible; ++t) {
-      const __m256 v = _mm256_loadu_ps(values + t * dim + d);
+      const __m256 v = _mm256_loadu_ps(values + (at ? at[t] : t) * dim + d);
       for (int j = 0; j < g; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_set1_ps(s[j][t]), v));
     }
     for (int j = 0; j < g; ++j) _mm256_storeu_ps(out[j] + d, _mm256_mul_ps(acc[j], inverse[j]));
@@ -94,9 +99,11 @@ void attend_group(const float* const* q, int g, const float* keys, const float* 
 }  // namespace
 
 // q float32 [heads, N, dim] (N = sum of rows); keys[i], values[i] float32 [kv_heads, L_i, dim] with unit
-// stride along dim and dim along L (views of a cache's first L_i entries); returns float32 [heads, N, dim].
+// stride along dim and dim along L (views of a cache's first L_i entries); slots: empty (every sequence
+// causal), or one entry per sequence, an empty tensor for a causal one (see the header); returns float32
+// [heads, N, dim].
 at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
-                           std::vector<int64_t> rows, double scale) {
+                           std::vector<int64_t> rows, double scale, std::vector<at::Tensor> slots) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && q.dim() == 3 && q.is_contiguous(), "q: contiguous float32 [H, N, D]");
   const int64_t heads = q.size(0), total = q.size(1), dim = q.size(2);
   TORCH_CHECK(dim % 8 == 0, "head_dim must be a multiple of 8");
@@ -116,6 +123,28 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
     TORCH_CHECK(values[i].size(1) == keys[i].size(1) && keys[i].size(1) >= rows[i] && rows[i] >= 0,
                 "sequence ", i, ": its cache must hold its new rows");
   }
+  TORCH_CHECK(slots.empty() || slots.size() == n, "slots: none, or one entry per sequence");
+  // each row's visible entries where its sequence lists them: [P entries 0 .. P - 1, then the listed ones]
+  std::vector<std::vector<int64_t>> listed(static_cast<size_t>(total));
+  for (size_t i = 0; i < slots.size(); ++i) {
+    if (slots[i].numel() == 0) continue;
+    const at::Tensor sl = slots[i].to(at::kLong).contiguous();
+    TORCH_CHECK(sl.dim() == 2 && sl.size(0) == rows[i] && sl.size(1) >= 1, "slots[", i, "]: int64 [rows, 1 + W]");
+    const int64_t length = keys[i].size(1), width = sl.size(1);
+    const int64_t* sp = sl.data_ptr<int64_t>();
+    for (int64_t r = 0; r < rows[i]; ++r) {
+      const int64_t* row = sp + r * width;
+      TORCH_CHECK(row[0] >= 0 && row[0] <= length, "slots[", i, "]: a prefix past the cache");
+      std::vector<int64_t>& at = listed[static_cast<size_t>(first[i] + r)];
+      for (int64_t t = 0; t < row[0]; ++t) at.push_back(t);
+      for (int64_t c = 1; c < width && row[c] >= 0; ++c) {
+        TORCH_CHECK(row[c] < length && row[c] > (at.empty() ? -1 : at.back()),
+                    "slots[", i, "]: listed entries must be ascending, after the prefix, inside the cache");
+        at.push_back(row[c]);
+      }
+      TORCH_CHECK(!at.empty(), "slots[", i, "]: a row that sees nothing");
+    }
+  }
   at::Tensor out = at::empty({heads, total, dim}, q.options());
   const float* qp = q.data_ptr<float>();
   float* op = out.data_ptr<float>();
@@ -129,7 +158,9 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
     for (int64_t item = begin; item < end; ++item) {
       const int64_t kv = item / (total * passes), g = (item / passes) % total, pass = item % passes;
       const size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), g) - first.begin() - 1);
-      const int64_t length = keys[i].size(1), visible = length - rows[i] + (g - first[i]) + 1;
+      const std::vector<int64_t>& at = listed[static_cast<size_t>(g)];
+      const int64_t length = keys[i].size(1);
+      const int64_t visible = at.empty() ? length - rows[i] + (g - first[i]) + 1 : static_cast<int64_t>(at.size());
       const int first_head = static_cast<int>(kv * groups + pass * kMaxGroup);
       const int n_heads = static_cast<int>(std::min<int64_t>(kMaxGroup, groups - pass * kMaxGroup));
       const float* qs[kMaxGroup];
@@ -139,7 +170,8 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
         outs[j] = op + ((first_head + j) * total + g) * dim;
       }
       attend_group(qs, n_heads, keys[i].data_ptr<float>() + kv * keys[i].stride(0),
-                   values[i].data_ptr<float>() + kv * values[i].stride(0), visible, dim, s, e, outs);
+                   values[i].data_ptr<float>() + kv * values[i].stride(0), visible, dim, s, e, outs,
+                   at.empty() ? nullptr : at.data());
     }
   });
   return out;

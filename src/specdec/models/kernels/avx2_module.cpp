@@ -27,7 +27,7 @@ at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor softmax_rows(at::Tensor scores, int64_t first);
 at::Tensor rope_rows(at::Tensor x, at::Tensor cos, at::Tensor sin);
 at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
-                           std::vector<int64_t> rows, double scale);
+                           std::vector<int64_t> rows, double scale, std::vector<at::Tensor> slots);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
@@ -70,8 +70,9 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "first + c, bfloat16 out; a row's bits do not depend on its length past its visible columns");
   m.def("rope_rows", &rope_rows, "rotary embedding of bfloat16 rows, the bits of x * cos + roll(x, D / 2) * sin");
   m.def("rows_argmax", &rows_argmax, "argmax of each float32 row (first maximum; first NaN), as torch.argmax");
-  m.def("draft_attention", &draft_attention, "the drafters' causal attention of every sequence of a step over "
-        "its own float32 cache, float32 out");
+  m.def("draft_attention", &draft_attention, "the drafters' attention of every sequence of a step over its own "
+        "float32 cache (causal, or a tree level's listed entries), float32 out", py::arg("q"), py::arg("keys"),
+        py::arg("values"), py::arg("rows"), py::arg("scale"), py::arg("slots") = std::vector<at::Tensor>());
   m.def("quant_decoder_layer", &quant_decoder_layer, "one decoder layer whose four linears are quantized, in one "
         "call: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
