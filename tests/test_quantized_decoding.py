@@ -147,20 +147,24 @@ def test_bad_quantization_values_are_clear_errors(zoo):
 
 
 @pytest.mark.parametrize("name", ["gemma_untied", "llama", "mistral", "qwen3", "qwen2_sliding"])
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", None])
 def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch, name, mode):
-    """A layer whose linears are quantized runs in one C++ call (kernels/avx2_decoder_layer.cpp); the Python
-    steps it replaces give the same logits: a prefill, a chain and a tree, one sequence and two in a batch,
-    sliding windows (Gemma, Mistral: 8 tokens) included.
+    """A layer whose linears are quantized, or bfloat16 packed for the AMX kernels (mode None), runs in one
+    C++ call (kernels/avx2_decoder_layer.cpp); the Python steps it replaces give the same logits: a prefill,
+    a chain and a tree, one sequence and two in a batch, sliding windows (Gemma, Mistral: 8 tokens) included.
     Qwen2's projections have biases: that layer keeps the Python path."""
     kern = fast_linear.kernel()
-    if kern is None or quantized_weight.quant_kernel() is None or not hasattr(kern, "quant_decoder_layer"):
-        pytest.skip("needs the CPU kernels and the quantized-linear kernel")
+    if kern is None or not hasattr(kern, "decoder_layer_call"):
+        pytest.skip("needs the CPU kernels")
+    if mode is None and not hasattr(kern, "amx_packed_layer_linear_address"):
+        pytest.skip("bfloat16 layers run in one call on the AMX kernels only")
+    if mode is not None and quantized_weight.quant_kernel() is None:
+        pytest.skip("needs the quantized-linear kernel")
     loaded = quantized(name, mode)
     biased = name.startswith("qwen2")
-    assert all((layer.quant_layer_args is None) == biased for layer in loaded.decoder.layers)
+    assert all((layer.layer_call_args is None) == biased for layer in loaded.decoder.layers)
     fused_calls = []
-    one_call = DecoderLayer._quant_layer_call
+    one_call = DecoderLayer._one_call
 
     def counted(self, *args):
         out = one_call(self, *args)
@@ -182,10 +186,10 @@ def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch,
         both = forward_batch([first, second], [ForwardCall([12, 13], None), ForwardCall([14, 15, 16], None)])
         return out + [r.logits for r in both]
 
-    monkeypatch.setattr(DecoderLayer, "_quant_layer_call", counted)
+    monkeypatch.setattr(DecoderLayer, "_one_call", counted)
     fused = run()
     assert fused_calls and all(fused_calls) != biased and any(fused_calls) != biased
-    monkeypatch.setattr(DecoderLayer, "_quant_layer_call", lambda self, *args: None)
+    monkeypatch.setattr(DecoderLayer, "_one_call", lambda self, *args: None)
     python = run()
     for a, b in zip(fused, python):
         assert torch.equal(a, b)

@@ -199,30 +199,45 @@ class DecoderLayer(nn.Module):
             weight = getattr(self, name).weight
             if isinstance(weight, torch.Tensor) and not weight.requires_grad:
                 fast_linear.pack_weight(weight)
-        self.quant_layer_args = self._quant_layer_args()
+        self.layer_call_args = self._layer_call_args()
 
-    def _quant_layer_args(self) -> tuple | None:
-        """quant_decoder_layer's weight arguments (the kernel's address, tiles, kinds, out_features, norm
-        scales) when all four linears are quantized (QuantizedWeight) without biases and the quantized
-        kernel is built here; else None."""
+    def _layer_call_args(self) -> tuple | None:
+        """decoder_layer_call's weight arguments (the linear's address, tiles, kinds, out_features, norm
+        scales, and for bfloat16 the weights with their packed copies, checked before each call) when the four
+        linears have no biases and are all quantized (QuantizedWeight, the quantized kernel built here) or
+        all bfloat16 weights packed for the AMX kernels; else None."""
         linears = [getattr(self, name) for name in ("qkv", "o", "gate_up", "down")]
-        if any(not hasattr(m.weight, "kernel_args") or m.bias is not None for m in linears):
+        if any(m.bias is not None for m in linears):
             return None
-        tiles, kinds, addresses = [], [], set()
-        for m in linears:
-            t, kind, address = m.weight.kernel_args()
-            tiles += list(t)
-            kinds.append(kind)
-            addresses.add(address)
-        if len(addresses) != 1 or 0 in addresses:
-            return None
-        address = addresses.pop()
-        gemma, empty = self.arch.gemma_norm, torch.empty(0)
+        empty = torch.empty(0)
+        tiles, kinds, packed = [], [], []
+        if all(hasattr(m.weight, "kernel_args") for m in linears):
+            addresses = set()
+            for m in linears:
+                t, kind, address = m.weight.kernel_args()
+                tiles += list(t)
+                kinds.append(kind)
+                addresses.add(address)
+            if len(addresses) != 1 or 0 in addresses:
+                return None
+            address = addresses.pop()
+        else:
+            kern = fast_linear.kernel()
+            copies = [fast_linear.packed_copy(m.weight) if isinstance(m.weight, torch.Tensor) else None
+                      for m in linears]
+            if kern is None or not hasattr(kern, "amx_packed_layer_linear_address") or any(c is None for c in copies):
+                return None
+            address = int(kern.amx_packed_layer_linear_address())
+            for m, copy in zip(linears, copies):
+                tiles += [copy, empty, empty, empty]
+                kinds.append(m.weight.shape[0])
+                packed.append((m.weight, copy))
+        gemma = self.arch.gemma_norm
         # as rms_norm passes them to the kernel: float32 (1 + w) for Gemma, bfloat16 w otherwise
         scale = (lambda name: empty if name not in self.scales else
                  self.scales[name] if gemma else self.scales[name].to(torch.bfloat16))
         norms = [scale(n) for n in ("input_norm", "qk_norm", "post_attn_norm", "pre_ffn_norm", "post_ffn_norm")]
-        return address, tiles, kinds, [m.weight.out_features for m in linears], norms
+        return address, tiles, kinds, [m.weight.shape[0] for m in linears], norms, packed
 
     def norm(self, x: torch.Tensor, name: str) -> torch.Tensor:
         return rms_norm(x, self.scales[name], self.arch.rms_norm_eps, self.arch.gemma_norm)
@@ -254,7 +269,7 @@ class DecoderLayer(nn.Module):
         """Projections and MLP over all rows at once (row-invariant linears: a row's result does not depend
         on its neighbours), attention per sequence over its own cache exactly as when it runs alone."""
         a, t = self.arch, h.shape[0]
-        fused = self._quant_layer_call(h, cos, sin, sequences, positions)
+        fused = self._one_call(h, cos, sin, sequences, positions)
         if fused is not None:
             return fused
         x = self.norm(h, "input_norm")
@@ -293,22 +308,26 @@ class DecoderLayer(nn.Module):
             out = self.norm(out, "post_ffn_norm")
         return h + out
 
-    def _quant_layer_call(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                          sequences: Sequence[SequenceRows], positions: torch.Tensor) -> torch.Tensor | None:
+    def _one_call(self, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, sequences: Sequence[SequenceRows],
+                  positions: torch.Tensor) -> torch.Tensor | None:
         """forward_batch in one C++ call (kernels/avx2_decoder_layer.cpp: the same kernels in the same order,
-        the same bits) where the layer's linears are quantized and every step below would take its kernel;
-        None elsewhere."""
-        args = getattr(self, "quant_layer_args", None)
+        the same bits) where the layer's linears are quantized or packed bfloat16 and every step below would
+        take its kernel; None elsewhere (then the steps below run)."""
+        args = getattr(self, "layer_call_args", None)
         if args is None or h.dtype != torch.bfloat16 or h.device.type != "cpu" or torch.is_grad_enabled():
             return None
         a = self.arch
         kern = fast_linear.kernel()
-        if (kern is None or not hasattr(kern, "quant_decoder_layer") or cos.dtype != torch.bfloat16
+        if (kern is None or not hasattr(kern, "decoder_layer_call") or cos.dtype != torch.bfloat16
                 or cos.numel() != h.shape[0] * a.head_dim or a.activation not in ("gelu_tanh", "silu")):
             return None
-        address, tiles, kinds, out_features, norms = args
+        address, tiles, kinds, out_features, norms, packed = args
+        # a bfloat16 weight changed since it was packed (a fine-tune in place) would read a stale copy: the
+        # Python path, which packs it again, runs instead
+        if any(fast_linear.packed_copy(w) is not copy for w, copy in packed):
+            return None
         buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
-        return kern.quant_decoder_layer(
+        return kern.decoder_layer_call(
             h, address, tiles, kinds, out_features, norms, a.rms_norm_eps, a.gemma_norm,
             a.activation == "gelu_tanh", [a.num_heads, a.num_kv_heads, a.head_dim], cos, sin,
             [b[0] for b in buffers], [b[1] for b in buffers],

@@ -160,6 +160,11 @@ def _packed(weight: torch.Tensor) -> torch.Tensor | None:
     return entry[1]
 
 
+def packed_copy(weight: torch.Tensor) -> torch.Tensor | None:
+    """The AMX-layout copy `linear` uses for `weight` (pack_weight), while the weight is unchanged; else None."""
+    return _packed(weight)
+
+
 def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
     """float32 x @ weight.T (+ bias) through the kernel when it applies, else None."""
     if x.dtype != torch.bfloat16 or x.device.type != "cpu":

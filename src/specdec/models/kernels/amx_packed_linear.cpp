@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "amx_tiles.h"
@@ -116,3 +117,17 @@ at::Tensor amx_packed_linear(at::Tensor x, at::Tensor packed, int64_t n_size, bo
 }
 
 #pragma GCC pop_options
+
+namespace {
+
+// amx_packed_linear with the quantized module's quant_linear signature, for decoder_layer_call
+// (kernels/avx2_decoder_layer.cpp): `packed` the weight in the AMX layout, `n_size` its output features; the
+// three tensors between them are unused.
+at::Tensor amx_packed_layer_linear(at::Tensor x, at::Tensor packed, at::Tensor, at::Tensor, at::Tensor,
+                                   int64_t n_size, bool bf16_out) {
+  return amx_packed_linear(std::move(x), std::move(packed), n_size, bf16_out);
+}
+
+}  // namespace
+
+int64_t amx_packed_layer_linear_address() { return reinterpret_cast<int64_t>(&amx_packed_layer_linear); }

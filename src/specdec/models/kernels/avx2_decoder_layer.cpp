@@ -1,10 +1,11 @@
-// One decoder layer with quantized linears in a single call: the steps of decoder.DecoderLayer.forward_batch,
-// the same kernels in the same order, so the same bits. Why: a one-row decode step on a quantized target is
-// about 17 ms, and the ~15 Python-level calls around each layer's four linears cost 1-2 ms of it.
+// One decoder layer in a single call: the steps of decoder.DecoderLayer.forward_batch, the same kernels in the
+// same order, so the same bits. Why: a one-row decode step is 10-17 ms, and the ~15 Python-level calls around
+// each layer's four linears cost 1-2 ms of it (on the bfloat16 default model a twelfth of a plain step).
 //
-// The linears run in the quantized-linear module (quantization/kernel.py), a separate extension built for
-// the CPU's own ISA; it hands over its quant_linear as a plain function address, which both modules call
-// with the same libtorch.
+// The linears are any function with quant_linear's signature, handed over as a plain address: the quantized
+// module's quant_linear (quantization/kernel.py, a separate extension built for the CPU's own ISA, calling
+// the same libtorch), or, for bfloat16 weights kept in the AMX layout, amx_packed_layer_linear in this
+// module (kernels/amx_packed_linear.cpp), the linear decoder.py's Python path runs for them.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/add.h>
 #include <c10/util/Exception.h>
@@ -22,11 +23,11 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
 
 namespace {
 
-using QuantLinear = at::Tensor (*)(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
+using LayerLinear = at::Tensor (*)(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
                                    at::Tensor sub_scales, int64_t kind, bool out_bf16);
 
-// Linear i of qkv, o, gate_up, down: x @ W_i.T in bfloat16, the padding columns of the last tile left out
-at::Tensor linear(QuantLinear fn, const at::Tensor& x, const std::vector<at::Tensor>& tiles,
+// Linear i of qkv, o, gate_up, down: x @ W_i.T in bfloat16, the padding columns of a quantized last tile left out
+at::Tensor linear(LayerLinear fn, const at::Tensor& x, const std::vector<at::Tensor>& tiles,
                   const std::vector<int64_t>& kinds, const std::vector<int64_t>& out_features, int i) {
   at::Tensor y = fn(x, tiles[4 * i], tiles[4 * i + 1], tiles[4 * i + 2], tiles[4 * i + 3], kinds[i], true);
   return y.size(1) == out_features[i] ? y : y.narrow(1, 0, out_features[i]);
@@ -35,21 +36,22 @@ at::Tensor linear(QuantLinear fn, const at::Tensor& x, const std::vector<at::Ten
 }  // namespace
 
 // h [N, hidden] bfloat16: the rows of every sequence. tiles: 4 per linear (qkv, o, gate_up, down) as
-// QuantizedWeight keeps them, kinds and out_features per linear. norms: input, qk (empty without qk norms),
+// QuantizedWeight keeps them (or the AMX-packed weight and three empty tensors), kinds and out_features per
+// linear (for a packed weight both its output features). norms: input, qk (empty without qk norms),
 // post_attn, pre_ffn and post_ffn (the last two empty without sandwich norms), as rms_norm_rows takes them.
 // dims: num_heads, num_kv_heads, head_dim. The attention arguments are attention_batch's.
-at::Tensor quant_decoder_layer(at::Tensor h, int64_t quant_linear_address, std::vector<at::Tensor> tiles,
-                               std::vector<int64_t> kinds, std::vector<int64_t> out_features,
-                               std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
-                               std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin,
-                               std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
-                               std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
-                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
-                               at::Tensor positions, int64_t window, double attn_scale) {
-  TORCH_CHECK(quant_linear_address != 0 && tiles.size() == 16 && kinds.size() == 4 && out_features.size() == 4,
-              "four quantized linears");
+at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<at::Tensor> tiles,
+                              std::vector<int64_t> kinds, std::vector<int64_t> out_features,
+                              std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
+                              std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin,
+                              std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
+                              std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
+                              std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
+                              at::Tensor positions, int64_t window, double attn_scale) {
+  TORCH_CHECK(linear_address != 0 && tiles.size() == 16 && kinds.size() == 4 && out_features.size() == 4,
+              "four linears");
   TORCH_CHECK(norms.size() == 5 && dims.size() == 3, "five norm scales and three dims");
-  const auto fn = reinterpret_cast<QuantLinear>(quant_linear_address);
+  const auto fn = reinterpret_cast<LayerLinear>(linear_address);
   const int64_t t = h.size(0), heads = dims[0], kv_heads = dims[1], head_dim = dims[2];
   const bool qk_norm = norms[1].defined() && norms[1].numel() > 0;
   const bool sandwich = norms[3].defined() && norms[3].numel() > 0;

@@ -11,6 +11,7 @@ at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
 at::Tensor rows_linear_bf16(at::Tensor x, at::Tensor w);
 at::Tensor amx_pack_weight(at::Tensor w);
 at::Tensor amx_packed_linear(at::Tensor x, at::Tensor packed, int64_t n_size, bool bf16_out);
+int64_t amx_packed_layer_linear_address();
 std::vector<at::Tensor> amx_int8_head(at::Tensor w);
 std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1,
                                                        at::Tensor c2, at::Tensor w);
@@ -32,14 +33,14 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
                            std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
-at::Tensor quant_decoder_layer(at::Tensor h, int64_t quant_linear_address, std::vector<at::Tensor> tiles,
-                               std::vector<int64_t> kinds, std::vector<int64_t> out_features,
-                               std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
-                               std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin,
-                               std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
-                               std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
-                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
-                               at::Tensor positions, int64_t window, double attn_scale);
+at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<at::Tensor> tiles,
+                              std::vector<int64_t> kinds, std::vector<int64_t> out_features,
+                              std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
+                              std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin,
+                              std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
+                              std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
+                              std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
+                              at::Tensor positions, int64_t window, double attn_scale);
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef SPECDEC_AMX
@@ -48,6 +49,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "bfloat16 as rows_linear(x, w).to(torch.bfloat16)");
   m.def("amx_pack_weight", &amx_pack_weight, "a bfloat16 weight [N, K] in the AMX B layout, once");
   m.def("amx_packed_linear", &amx_packed_linear, "x @ w.T for amx_pack_weight(w): the bits of rows_linear");
+  m.def("amx_packed_layer_linear_address", &amx_packed_layer_linear_address, "amx_packed_linear with "
+        "quant_linear's signature, as a function address for decoder_layer_call");
   m.def("rows_argmax_linear", &rows_argmax_linear, "argmax of each row of x @ w.T (bfloat16), as "
         "rows_argmax(rows_linear(x, w)) without the logits");
   m.def("amx_int8_head", &amx_int8_head, "an LM head [V, K] as int8 rows with the factors of "
@@ -73,8 +76,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("draft_attention", &draft_attention, "the drafters' attention of every sequence of a step over its own "
         "float32 cache (causal, or a tree level's listed entries), float32 out", py::arg("q"), py::arg("keys"),
         py::arg("values"), py::arg("rows"), py::arg("scale"), py::arg("slots") = std::vector<at::Tensor>());
-  m.def("quant_decoder_layer", &quant_decoder_layer, "one decoder layer whose four linears are quantized, in one "
-        "call: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits");
+  m.def("decoder_layer_call", &decoder_layer_call, "one decoder layer in one call, its linears through a function "
+        "address: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits");
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence");
 }

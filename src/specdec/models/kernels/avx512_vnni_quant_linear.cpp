@@ -327,7 +327,7 @@ std::tuple<at::Tensor, at::Tensor> quant_linear_max(at::Tensor x, at::Tensor qua
 
 #pragma GCC pop_options
 
-// quant_linear's address, for the CPU module's quant_decoder_layer (kernels/avx2_decoder_layer.cpp), which calls
+// quant_linear's address, for the CPU module's decoder_layer_call (kernels/avx2_decoder_layer.cpp), which calls
 // it without going back through Python
 int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear); }
 
