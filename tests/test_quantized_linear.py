@@ -55,6 +55,19 @@ def random_blocks(kind: str, n: int, k: int, seed: int = 0, sub: bool = False) -
 CASES = [("s8", False), ("s8", True), ("u4", False)]
 
 
+def tied_blocks(kind: str, n: int, k: int, seed: int, sub: bool, top: int, tie: int) -> BlockWeights:
+    """random_blocks where column `top` is many rows' maximum and column `tie` (later) ties it exactly."""
+    blocks = random_blocks(kind, n, k, seed=seed, sub=sub)
+    blocks.scales[top] *= 50
+    blocks.q[tie] = blocks.q[top]
+    blocks.scales[tie] = blocks.scales[top]
+    if blocks.mins is not None:
+        blocks.mins[tie] = blocks.mins[top]
+    if blocks.sub_scales is not None:
+        blocks.sub_scales[tie] = blocks.sub_scales[top]
+    return blocks
+
+
 def inputs(m: int, k: int, seed: int = 1) -> torch.Tensor:
     x = torch.randn(m, k, generator=torch.Generator().manual_seed(seed)) * 3
     x[:, :BLOCK] = 0  # an all-zero block: dx = 0 must not divide by zero
@@ -310,15 +323,7 @@ def test_fused_argmax_equals_greedy_argmax_of_the_values(build, kind, sub):
     from specdec.models.greedy_argmax import greedy_argmax
 
     k, n = 96, 1003
-    blocks = random_blocks(kind, n, k, seed=5, sub=sub)
-    blocks.scales[40] *= 50  # column 40 is many rows' maximum, and column 700 ties it exactly
-    blocks.q[700] = blocks.q[40]
-    blocks.scales[700] = blocks.scales[40]
-    if blocks.mins is not None:
-        blocks.mins[700] = blocks.mins[40]
-    if blocks.sub_scales is not None:
-        blocks.sub_scales[700] = blocks.sub_scales[40]
-    w = QuantizedWeight(blocks, k, kind)
+    w = QuantizedWeight(tied_blocks(kind, n, k, 5, sub, top=40, tie=700), k, kind)
     x = inputs(64, k, seed=6)
     x[3, 50] = float("nan")  # a NaN row: its first column
     values = w.linear_float(x)
@@ -348,15 +353,7 @@ def test_column_maxima_equal_the_argmax_and_value_of_the_columns(build, kind, su
     from specdec.models.greedy_argmax import greedy_argmax
 
     k, n = 96, 1003
-    blocks = random_blocks(kind, n, k, seed=7, sub=sub)
-    blocks.scales[520] *= 50  # column 520 is many rows' maximum, and column 600 ties it exactly
-    blocks.q[600] = blocks.q[520]
-    blocks.scales[600] = blocks.scales[520]
-    if blocks.mins is not None:
-        blocks.mins[600] = blocks.mins[520]
-    if blocks.sub_scales is not None:
-        blocks.sub_scales[600] = blocks.sub_scales[520]
-    w = QuantizedWeight(blocks, k, kind)
+    w = QuantizedWeight(tied_blocks(kind, n, k, 7, sub, top=520, tie=600), k, kind)
     x = inputs(16, k, seed=8)
     x[2, 40] = float("nan")
     width = quantized_weight.quant_tile_width()
