@@ -31,11 +31,11 @@ def test_a_packed_copy_is_dropped_when_its_weight_changes() -> None:
     w = torch.randn(64, 96).bfloat16()
     x = torch.randn(3, 96).bfloat16()
     assert fast_linear.pack_weight(w)
-    assert fast_linear._packed(w) is not None
+    assert fast_linear.packed_copy(w) is not None
     before = fast_linear.linear(x, w)
     assert torch.equal(before, fast_linear.kernel().rows_linear_bf16(x, w))
     w.mul_(2)  # in place: the packed copy is stale
-    assert fast_linear._packed(w) is None
+    assert fast_linear.packed_copy(w) is None
     assert torch.equal(fast_linear.linear(x, w), fast_linear.kernel().rows_linear_bf16(x, w))
     assert not torch.equal(fast_linear.linear(x, w), before)
 
@@ -52,7 +52,7 @@ def test_bad_shapes_are_refused() -> None:
 def test_the_decoder_packs_its_linears_and_gets_the_same_tokens(zoo) -> None:
     loaded = zoo.load("wide_llama")
     layer = loaded.decoder.layers[0]
-    assert all(fast_linear._packed(getattr(layer, name).weight) is not None for name in ("qkv", "o", "gate_up", "down"))
+    assert all(fast_linear.packed_copy(getattr(layer, name).weight) is not None for name in ("qkv", "o", "gate_up", "down"))
     runtime = loaded.new_runtime()
     runtime.reset(64)
     packed = runtime.forward([3, 9, 4, 7, 1] * 8, logit_rows="all").logits

@@ -53,6 +53,23 @@ class RMSNorm(nn.Module):
         return rms_norm(x, self.weight.float(), self.eps, gemma=True)
 
 
+class StackedWeight:
+    """Several linears' weights stacked along the output dim for inference (one kernel call instead of one
+    per linear; each row's bits are the separate products'), rebuilt when any of them changed (training
+    steps, loading), and packed for the AMX kernels where they are."""
+
+    def __init__(self) -> None:
+        self._cached: tuple[tuple[int, ...], torch.Tensor] | None = None
+
+    def of(self, *weights: torch.Tensor) -> torch.Tensor:
+        key = tuple(x for w in weights for x in (w.data_ptr(), w._version))
+        if self._cached is None or self._cached[0] != key:
+            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: packing tracks its version
+                self._cached = (key, torch.cat([w.detach() for w in weights]).contiguous())
+                fast_linear.pack_weight(self._cached[1])  # where the AMX kernels are: their layout, same bits
+        return self._cached[1]
+
+
 class GatedMLP(nn.Module):
     """Llama's SiLU-gated MLP (parameter names as in transformers and speculators)."""
 
@@ -62,7 +79,7 @@ class GatedMLP(nn.Module):
         self.up_proj = nn.Linear(hidden_size, intermediate_size, bias=False)
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
-        self._gate_up: tuple[tuple[int, int, int, int], torch.Tensor] | None = None
+        self._gate_up = StackedWeight()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lin = module_linear
@@ -70,15 +87,5 @@ class GatedMLP(nn.Module):
             return lin(self.down_proj, F.silu(lin(self.gate_proj, x)) * lin(self.up_proj, x))
         # inference: gate and up in one linear and the activation in one pass (gated_activation.py), as the
         # target's MLP runs; one rounding of silu(gate) * up instead of two
-        gate_up = linear(x.to(self.gate_proj.weight.dtype), self._gate_up_weight())
+        gate_up = linear(x.to(self.gate_proj.weight.dtype), self._gate_up.of(self.gate_proj.weight, self.up_proj.weight))
         return lin(self.down_proj, gated_activation(gate_up, "silu"))
-
-    def _gate_up_weight(self) -> torch.Tensor:
-        """[gate; up] weights, rebuilt when either changed (training steps, loading)."""
-        g, u = self.gate_proj.weight, self.up_proj.weight
-        key = (g.data_ptr(), g._version, u.data_ptr(), u._version)
-        if self._gate_up is None or self._gate_up[0] != key:
-            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: packing tracks its version
-                self._gate_up = (key, torch.cat([g.detach(), u.detach()]).contiguous())
-                fast_linear.pack_weight(self._gate_up[1])  # where the AMX kernels are: their layout, same bits
-        return self._gate_up[1]

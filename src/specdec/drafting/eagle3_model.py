@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specdec.drafting.draft_layers import GatedMLP, RMSNorm, rope
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm, StackedWeight, rope
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, module_linear as _lin
@@ -55,7 +55,7 @@ class Eagle3Attention(nn.Module):
         self.k_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
-        self._qkv: tuple[tuple[int, ...], torch.Tensor] | None = None
+        self._qkv = StackedWeight()
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[n, 2H] -> q [heads, n, d], k and v [kv_heads, n, d], RoPE applied."""
@@ -64,22 +64,12 @@ class Eagle3Attention(nn.Module):
         if torch.is_grad_enabled() or x.dim() != 2:
             q, k, v = _lin(self.q_proj, x), _lin(self.k_proj, x), _lin(self.v_proj, x)
         else:  # inference: one linear over [q; k; v] (each row's bits are its three products': row-invariant)
-            q, k, v = linear(x.to(self.q_proj.weight.dtype), self._qkv_weight()).split([q_size, kv_size, kv_size], 1)
+            stacked = self._qkv.of(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
+            q, k, v = linear(x.to(self.q_proj.weight.dtype), stacked).split([q_size, kv_size, kv_size], 1)
         q = q.reshape(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
         k = k.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         v = v.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         return rope(q, positions, c.rope_theta), rope(k, positions, c.rope_theta), v
-
-    def _qkv_weight(self) -> torch.Tensor:
-        """[q; k; v] weights, rebuilt when any changed (training steps, loading): a drafter step's three
-        projections in one kernel call (a tree level is a handful of rows, where each call's fixed cost counts)."""
-        ws = (self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
-        key = tuple(x for w in ws for x in (w.data_ptr(), w._version))
-        if self._qkv is None or self._qkv[0] != key:
-            with torch.inference_mode(False), torch.no_grad():  # a normal tensor: packing tracks its version
-                self._qkv = (key, torch.cat([w.detach() for w in ws]).contiguous())
-                fast_linear.pack_weight(self._qkv[1])  # where the AMX kernels are: their layout, same bits
-        return self._qkv[1]
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
         """[heads, n, d] -> [n, H]"""

@@ -153,16 +153,12 @@ def pack_weight(weight: torch.Tensor) -> bool:
     return True
 
 
-def _packed(weight: torch.Tensor) -> torch.Tensor | None:
+def packed_copy(weight: torch.Tensor) -> torch.Tensor | None:
+    """The AMX-layout copy `linear` uses for `weight` (pack_weight), while the weight is unchanged; else None."""
     entry = _PACKED.get(weight)
     if entry is None or entry[0] != (weight._version, weight.data_ptr()):
         return None
     return entry[1]
-
-
-def packed_copy(weight: torch.Tensor) -> torch.Tensor | None:
-    """The AMX-layout copy `linear` uses for `weight` (pack_weight), while the weight is unchanged; else None."""
-    return _packed(weight)
 
 
 def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -172,7 +168,7 @@ def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     k = kernel()
     if k is None:
         return None
-    packed = _packed(weight)
+    packed = packed_copy(weight)
     y = k.rows_linear(x, weight) if packed is None else k.amx_packed_linear(x, packed, weight.shape[0], False)
     return y if bias is None else y.add_(bias.float())
 
@@ -202,7 +198,7 @@ def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = No
     if bias is None and x.dtype == torch.bfloat16 and x.device.type == "cpu":
         k = kernel()
         if k is not None and hasattr(k, "rows_linear_bf16"):  # rounded in the kernel: no float32 output pass
-            packed = _packed(weight)
+            packed = packed_copy(weight)
             if packed is not None:
                 return k.amx_packed_linear(x, packed, weight.shape[0], True)
             return k.rows_linear_bf16(x, weight)

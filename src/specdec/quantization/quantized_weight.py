@@ -156,13 +156,15 @@ class QuantizedWeight:
         if kernel is None or not hasattr(kernel, "quant_linear_max") or columns.step not in (None, 1):
             return None
         start, stop, _ = columns.indices(self.out_features)
-        width = self._width
-        if stop <= start or start % width:
+        if stop <= start or start % self._width:
             return None
-        t0, t1 = start // width, -(-stop // width)
-        tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
-        indices, values = kernel.quant_linear_max(x, *tiles, self._kind_id, stop - start)
+        indices, values = kernel.quant_linear_max(x, *self._tiles_covering(start, stop), self._kind_id, stop - start)
         return values, indices
+
+    def _tiles_covering(self, start: int, stop: int) -> list[torch.Tensor]:
+        """The packed tiles whose columns cover [start, stop) (the first starts at or before `start`)."""
+        t0, t1 = start // self._width, -(-stop // self._width)
+        return [t[t0:t1] if t.numel() else t for t in self._tiles]
 
     def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
@@ -188,8 +190,7 @@ class QuantizedWeight:
             return x.new_zeros((x.shape[0], 0), dtype=torch.float32)
         width = self._width
         t0, t1 = start // width, -(-stop // width)
-        tiles = [t[t0:t1] if t.numel() else t for t in self._tiles]
-        y = kernel.quant_linear(x, *tiles, self._kind_id)
+        y = kernel.quant_linear(x, *self._tiles_covering(start, stop), self._kind_id)
         return y if (start, stop) == (t0 * width, t1 * width) else y[:, start - t0 * width : stop - t0 * width]
 
     @staticmethod
