@@ -2,7 +2,7 @@
 layers' four linears together (qkv 1536 x 640, o 640 x 1024, gate_up 4096 x 640, down 640 x 2048), for bf16
 (our row kernel), int8 (s8: also the GGUF's Q8_0 / Q5_0 path) and int4 (u4: also Q4_K), at 1-64 rows.
 Random weights (the speed does not depend on the values). Writes a JSON report and prints a table.
---quant-isa avx2 times the AVX2 build on a CPU that has the VNNI one (before/after in one session);
+--quant-isa avx512_vnni (or avx2) times that build on a CPU that has a better one (before/after in one session);
 --kinds and --rows shorten a run; --repeat keeps each cell's best of several timings.
 
     .venv/bin/python scripts/quant_kernel_rows.py --threads 2 --output benchmarks/results/quantized/kernel_rows.json
@@ -46,9 +46,12 @@ def main() -> None:
     parser.add_argument("--kinds", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4")
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
     parser.add_argument("--repeat", type=int, default=1, help="time each cell this many times, keep the best")
-    parser.add_argument("--quant-isa", choices=("auto", "avx2"), default="auto",
-                        help="avx2: time the AVX2 build where the AVX512-VNNI one would run (SPECDEC_NO_VNNI=1)")
+    parser.add_argument("--quant-isa", choices=("auto", "avx512_vnni", "avx2"), default="auto",
+                        help="avx512_vnni: time the VNNI build where the AMX-INT8 one would run (SPECDEC_NO_AMX=1); "
+                             "avx2: the AVX2 build where an AVX512 one would (SPECDEC_NO_VNNI=1)")
     args = parser.parse_args()
+    if args.quant_isa == "avx512_vnni":
+        os.environ["SPECDEC_NO_AMX"] = "1"
     if args.quant_isa == "avx2":
         os.environ["SPECDEC_NO_VNNI"] = "1"
     wanted = args.kinds.split(",")

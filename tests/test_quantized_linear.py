@@ -1,6 +1,7 @@
-"""The quantized linear kernels (each build: AVX512-VNNI, AVX2): the same bits as their torch reference for
-every format and M = 1..64, row-invariant, within the quantization's own error of float64, and column slices
-equal to the whole matrix's columns."""
+"""The quantized linear kernels (each build: AMX-INT8, AVX512-VNNI, AVX2): the same bits as their torch
+reference for every format and M = 1..64, row-invariant, within the quantization's own error of float64, and
+column slices equal to the whole matrix's columns. The AMX-INT8 build runs whole 16-row tiles on AMX and the
+rest on its VNNI loop, so M = 1..64 crosses that split too."""
 
 from __future__ import annotations
 
@@ -174,13 +175,15 @@ def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build, kind, s
     finite row that silently dropped it; the other rows keep their bits."""
     k, n = 96, 13
     w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
-    x = inputs(4, k)
+    x = inputs(20, k)  # rows 0-15 a whole tile (AMX where the build has it), 16-19 the rest
     clean = w.linear_float(x)
     x[1, 40] = float("nan")
     x[2, 70] = float("-inf")
+    x[17, 5] = float("nan")
+    bad, good = [1, 2, 17], [0, 3, 16, 19]
     got, want = w.linear_float(x), reference_linear(x, w.blocks)
-    assert want[1:3].isnan().all() and got[1:3].isnan().all()
-    assert torch.equal(got[[0, 3]], clean[[0, 3]]) and torch.equal(got[[0, 3]], want[[0, 3]])
+    assert want[bad].isnan().all() and got[bad].isnan().all()
+    assert torch.equal(got[good], clean[good]) and torch.equal(got[good], want[good])
 
 
 @pytest.mark.parametrize("kind, sub", CASES)
@@ -196,7 +199,7 @@ def test_rows_are_bit_identical_whatever_the_number_of_rows(build, kind, sub):
 def test_threads_do_not_change_a_bit(build):
     k = 640
     w = QuantizedWeight(random_blocks("u4", 1000, k), k, "u4")
-    x = inputs(5, k)
+    x = inputs(37, k)
     before = torch.get_num_threads()
     try:
         torch.set_num_threads(1)
@@ -237,21 +240,39 @@ def test_column_ranges_and_ids_equal_the_whole_matrix(build, kind):
     assert torch.equal(w.linear_columns(x, ids), whole[:, ids])
 
 
-def test_vnni_build_is_exact_at_minus_128():
-    """-128 (possible in a foreign Q8_0 file, never from our quantizers) is exact in the VNNI build: its
-    q + 128 is 0. The AVX2 build's sign trick cannot negate it, so this edge is the VNNI build's only."""
-    module = build_or_skip("avx512_vnni")
+@pytest.mark.parametrize("isa", ["avx512_vnni", "amx_int8"])
+def test_avx512_builds_are_exact_at_minus_128(isa):
+    """-128 (possible in a foreign Q8_0 file, never from our quantizers) is exact in the AVX512 builds: the
+    VNNI loop's q + 128 is 0, and AMX multiplies signed bytes as they are. The AVX2 build's sign trick cannot
+    negate it, so this edge is theirs only."""
+    module = build_or_skip(isa)
     k = 96
     blocks = random_blocks("s8", 32, k, seed=5)
     blocks.q[:, :, ::3] = -128
-    x = inputs(5, k)
+    x = inputs(21, k)
     got = module.quant_linear(x, *pack_tiles(blocks, 16), 0)
     assert torch.equal(got, reference_linear(x, blocks))
+
+
+def test_the_amx_build_runs_whole_row_tiles_on_amx():
+    """The AMX-INT8 build's split, so that its tests above do reach AMX: the whole 16-row tiles of a call, none
+    below 16 rows; the VNNI-only build none."""
+    module = build_or_skip("amx_int8")
+    if module.amx_tile_rows(64) == 0:
+        pytest.skip("the OS did not grant the AMX tile state")
+    assert [module.amx_tile_rows(m) for m in (1, 15, 16, 17, 31, 32, 47)] == [0, 0, 16, 16, 16, 32, 32]
+    assert build_or_skip("avx512_vnni").amx_tile_rows(64) == 0
 
 
 def test_the_best_build_is_chosen_from_the_cpu_flags(monkeypatch):
     vnni = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
     monkeypatch.delenv("SPECDEC_NO_VNNI", raising=False)
+    monkeypatch.delenv("SPECDEC_NO_AMX", raising=False)
+    monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni | {"amx_tile", "amx_int8"})
+    assert quant_kernels.quant_isas() == ["amx_int8", "avx512_vnni", "avx2"]
+    monkeypatch.setenv("SPECDEC_NO_AMX", "1")
+    assert quant_kernels.quant_isas() == ["avx512_vnni", "avx2"]
+    monkeypatch.delenv("SPECDEC_NO_AMX")
     monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni)
     assert quant_kernels.quant_isas() == ["avx512_vnni", "avx2"]
     monkeypatch.setenv("SPECDEC_NO_VNNI", "1")

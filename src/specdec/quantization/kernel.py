@@ -2,11 +2,14 @@
 bf16 builds. Every build gives the bits of reference.reference_linear, so which one runs changes speed only.
 Each reads weights packed in tiles of its own width (quantized_weight.pack_tiles):
 
+  amx_int8     the VNNI source built with SPECDEC_AMX_INT8: calls of 4 rows or more multiply 16 rows a tile
+               with AMX-INT8 (kernels/amx_int8_quant_tiles.h), fewer run the VNNI loop; the same tiles
   avx512_vnni  kernels/avx512_vnni_quant_linear.cpp, tiles of 16 columns (vpdpbusd; AVX512 F/BW/VL + VNNI)
   avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns
 Both read float16 scales and mins where they are exact, and Q5_0's quants in 5 bits.
 
-SPECDEC_NO_VNNI=1 skips the VNNI build; SPECDEC_NO_KERNELS=1 skips both.
+SPECDEC_NO_AMX=1 skips the AMX build (as it does fast_linear's); SPECDEC_NO_VNNI=1 skips both AVX512 builds;
+SPECDEC_NO_KERNELS=1 skips all.
 """
 
 from __future__ import annotations
@@ -18,29 +21,36 @@ from typing import Any
 from specdec.models import fast_linear
 
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
-# ISA -> (extension name, source, CPU flags it needs, tile width in columns); the VNNI file enables its own
-# ISA (a target pragma), so both compile with AVX2's flags
-QUANT_BUILDS: dict[str, tuple[str, str, frozenset[str], int]] = {
-    "avx512_vnni": ("specdec_quant_kernels_vnni", "avx512_vnni_quant_linear.cpp",
-                    frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}), 16),
-    "avx2": ("specdec_quant_kernels", "avx2_quant_linear.cpp", frozenset({"avx2", "fma", "f16c"}), 8),
+_VNNI_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"})
+# ISA -> (extension name, source, CPU flags it needs, tile width in columns, extra compiler flags); the AVX512
+# sources enable their own ISAs (target pragmas), so all compile with AVX2's flags
+QUANT_BUILDS: dict[str, tuple[str, str, frozenset[str], int, tuple[str, ...]]] = {
+    "amx_int8": ("specdec_quant_kernels_amx", "avx512_vnni_quant_linear.cpp",
+                 _VNNI_FLAGS | {"amx_tile", "amx_int8"}, 16, ("-DSPECDEC_AMX_INT8",)),
+    "avx512_vnni": ("specdec_quant_kernels_vnni", "avx512_vnni_quant_linear.cpp", _VNNI_FLAGS, 16, ()),
+    "avx2": ("specdec_quant_kernels", "avx2_quant_linear.cpp", frozenset({"avx2", "fma", "f16c"}), 8, ()),
 }
 
 
 def quant_isas() -> list[str]:
-    """The builds this CPU can run, best first (SPECDEC_NO_VNNI=1 leaves the VNNI one out)."""
+    """The builds this CPU can run, best first (SPECDEC_NO_AMX=1 leaves the AMX one out, SPECDEC_NO_VNNI=1 both
+    AVX512 ones)."""
     flags = fast_linear._cpu_flags()
-    skip = {"avx512_vnni"} if os.environ.get("SPECDEC_NO_VNNI") == "1" else set()
-    return [isa for isa, (_, _, needs, _) in QUANT_BUILDS.items() if needs <= flags and isa not in skip]
+    skip = set()
+    if os.environ.get("SPECDEC_NO_AMX") == "1":
+        skip.add("amx_int8")
+    if os.environ.get("SPECDEC_NO_VNNI") == "1":
+        skip |= {"amx_int8", "avx512_vnni"}
+    return [isa for isa, (_, _, needs, _, _) in QUANT_BUILDS.items() if needs <= flags and isa not in skip]
 
 
 @cache
 def quant_kernel_build(isa: str) -> Any | None:
     """One build's module (the tests compare them), or None when it cannot be built or run here."""
-    name, source, needs, _ = QUANT_BUILDS[isa]
+    name, source, needs, _, extra = QUANT_BUILDS[isa]
     if not needs <= fast_linear._cpu_flags():
         return None
-    return fast_linear.load_extension(name, [source], _AVX2_FLAGS, f"the quantized linear kernel for {isa}")
+    return fast_linear.load_extension(name, [source], _AVX2_FLAGS + list(extra), f"the quantized linear kernel for {isa}")
 
 
 @cache
@@ -61,7 +71,7 @@ def quant_kernel() -> Any | None:
 
 
 def quant_kernel_isa() -> str | None:
-    """"avx512_vnni" or "avx2": which build quant_kernel() returns; None without one."""
+    """"amx_int8", "avx512_vnni" or "avx2": which build quant_kernel() returns; None without one."""
     return _built()[0]
 
 

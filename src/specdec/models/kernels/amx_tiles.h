@@ -41,13 +41,13 @@ struct TileConfig {
 };
 
 // tiles 0-3: C (n block i, m tile j at 2 * i + j), 4-5: A (weights), 6-7: B (x); all 16 rows x 64 bytes
-inline void configure_tiles() {
+inline TileConfig bf16_tile_config() {
   TileConfig cfg;
   for (int t = 0; t < 8; ++t) {
     cfg.rows[t] = 16;
     cfg.colsb[t] = 64;
   }
-  _tile_loadconfig(&cfg);
+  return cfg;
 }
 
 // Linux gives a process the AMX tile state only on request (arch_prctl ARCH_REQ_XCOMP_PERM).
@@ -125,9 +125,10 @@ inline void store_tile(int c, float* out) {
 // made its next tile multiply fault or compute with our shapes.
 class ThreadTiles {
  public:
-  ThreadTiles() {
+  ThreadTiles() : ThreadTiles(bf16_tile_config()) {}
+  explicit ThreadTiles(const TileConfig& cfg) {
     _tile_storeconfig(&before_);
-    configure_tiles();
+    _tile_loadconfig(&cfg);
   }
   ~ThreadTiles() {
     if (before_.palette_id != 0)

@@ -51,11 +51,20 @@
 #pragma GCC target("avx512f,avx512bw,avx512vl,avx512vnni")
 
 #include "quant_linear_args.h"
+#include "avx512_quant_blocks.h"
+#ifdef SPECDEC_AMX_INT8
+#include "amx_int8_quant_tiles.h"
+#endif
+
+int64_t amx_tile_rows(int64_t m_size);
 
 namespace {
 
-constexpr int64_t kBlock = 32;
-constexpr int64_t kTile = 16;
+using specdec_quant512::Activations;
+using specdec_quant512::kBlock;
+using specdec_quant512::kTile;
+using specdec_quant512::load;
+using specdec_quant512::load_scales;
 #ifndef PF_AHEAD
 #define PF_AHEAD 2048  // bytes of weights prefetched ahead of the block being read
 #endif
@@ -63,24 +72,6 @@ constexpr int64_t kTile = 16;
 #define ROW_GROUP 64  // rows per pass over a tile's weights (their running sums, 4 KB, stay in L1)
 #endif
 constexpr int64_t kRowGroup = ROW_GROUP;
-
-// x quantized, block-major: a block's rows lie side by side, so the rows sharing a weight block are read
-// at fixed offsets from one pointer.
-struct Activations {
-  const int8_t* q;   // [blocks][M][32]
-  const int32_t* c;  // [blocks][M][2] -128 * sum(q) over the block's first and second 16 k
-  const float* dx;   // [blocks][M]
-  const float* sx;   // [blocks][M] dx * float(sum(q))
-  int64_t m, blocks;
-};
-
-inline __m512i load(const void* p) { return _mm512_loadu_si512(p); }
-
-// 16 scales as float32: float16 ones (a GGUF's own) widen exactly
-inline __m512 load_scales(const float* p) { return _mm512_loadu_ps(p); }
-inline __m512 load_scales(const uint16_t* p) {
-  return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
-}
 
 inline __m512i x4(const int8_t* p) {  // 4 activation bytes in every lane
   int32_t v;
@@ -138,16 +129,6 @@ void tile_s8(const int8_t* w, const S* s, int64_t s_step, const int16_t* sub, co
   }
 }
 
-// A u4 block's 8 group vectors from its 4 vectors of nibbles (the low ones group h, the high ones group h + 4)
-inline void unpack_nibbles(const uint8_t* wb, __m512i* wv) {
-  const __m512i low4 = _mm512_set1_epi8(0x0F);
-  for (int h = 0; h < 4; ++h) {
-    const __m512i raw = load(wb + h * 64);
-    wv[h] = _mm512_and_si512(raw, low4);
-    wv[h + 4] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-  }
-}
-
 // The same for u4 weights: a block is 4 vectors, the low nibbles of vector h holding group h and the high
 // ones group h + 4.
 template <typename S>
@@ -157,7 +138,7 @@ void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, 
     const uint8_t* wb = w + b * kTile * (kBlock / 2);
     prefetch_ahead<4>(wb);
     __m512i wv[8];
-    unpack_nibbles(wb, wv);
+    specdec_quant512::unpack_nibbles(wb, wv);
     const __m512 sv = load_scales(s + b * kTile);
     const __m512 mv = load_scales(mins + b * kTile);
     const int64_t first = b * a.m + row0;
@@ -183,22 +164,11 @@ void tile_u4(const uint8_t* w, const S* s, const S* mins, const Activations& a, 
 // of 32 per column instead of 32.
 template <typename S>
 void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, int64_t rows, float* acc) {
-  const __m512i bit4 = _mm512_set1_epi8(0x10);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * 20;
     prefetch_ahead<5>(wb);
     __m512i wv[8];
-    unpack_nibbles(wb, wv);
-    // bit g of each plane byte to bit 4 (shifts within 16-bit lanes: the mask keeps each byte's own bit)
-    const __m512i plane = load(wb + 4 * 64);
-    wv[0] = _mm512_or_si512(wv[0], _mm512_and_si512(_mm512_slli_epi16(plane, 4), bit4));
-    wv[1] = _mm512_or_si512(wv[1], _mm512_and_si512(_mm512_slli_epi16(plane, 3), bit4));
-    wv[2] = _mm512_or_si512(wv[2], _mm512_and_si512(_mm512_slli_epi16(plane, 2), bit4));
-    wv[3] = _mm512_or_si512(wv[3], _mm512_and_si512(_mm512_slli_epi16(plane, 1), bit4));
-    wv[4] = _mm512_or_si512(wv[4], _mm512_and_si512(plane, bit4));
-    wv[5] = _mm512_or_si512(wv[5], _mm512_and_si512(_mm512_srli_epi16(plane, 1), bit4));
-    wv[6] = _mm512_or_si512(wv[6], _mm512_and_si512(_mm512_srli_epi16(plane, 2), bit4));
-    wv[7] = _mm512_or_si512(wv[7], _mm512_and_si512(_mm512_srli_epi16(plane, 3), bit4));
+    specdec_quant512::unpack_s5(wb, wv);
     const __m512 sv = load_scales(s + b * kTile);
     const int64_t first = b * a.m + row0;
     const int8_t* xq = a.q + first * kBlock;
@@ -248,13 +218,15 @@ void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, in
     }
 }
 
-// Every tile against every row, the threads splitting tiles (columns) only; scales float32 or float16 (S).
+// Every tile against rows [row_begin, a.m), the threads splitting tiles (columns) only; scales float32 or
+// float16 (S).
 template <typename S>
-void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations& a, const at::Tensor& quants,
+void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations& a, int64_t row_begin,
+               const at::Tensor& quants,
                const at::Tensor& mins, const at::Tensor& sub_scales, int64_t kind, bool sub,
                const specdec_quant::OutputRows& y) {
   const int64_t m_size = a.m, tiles = quants.size(0);
-  const int64_t tile_bytes = a.blocks * kTile * (kind == 0 ? kBlock : kind == 1 ? kBlock / 2 : 20);
+  const int64_t tile_bytes = a.blocks * specdec_quant512::block_bytes(kind);
   const int64_t tile_scales = a.blocks * kTile;  // scales (and int16 pairs) per tile
   const int64_t s_step = specdec_quant::scale_step(scales_of_tiles, quants, kTile);  // s8: per block or column
   const int64_t s8_scales = s_step == 0 ? kTile : tile_scales;
@@ -266,7 +238,7 @@ void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations
     const uint8_t* w = qp + t * tile_bytes;
     const S* s = sp + t * tile_scales;
     alignas(64) float acc[kRowGroup * kTile];
-    for (int64_t row0 = 0; row0 < m_size; row0 += kRowGroup) {
+    for (int64_t row0 = row_begin; row0 < m_size; row0 += kRowGroup) {
       const int64_t rows = std::min(kRowGroup, m_size - row0);
       std::fill(acc, acc + rows * kTile, 0.0f);
       if (kind == 2)
@@ -294,10 +266,25 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   std::vector<float> dx(blocks * m_size), sx(blocks * m_size);
   quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
   const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
-  if (scales.scalar_type() == at::kHalf)
-    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, quants, mins, sub_scales, kind, sub, y);
+  const bool half = scales.scalar_type() == at::kHalf;
+  int64_t vnni_from = 0;  // rows before it ran on AMX; the same bits either way
+#ifdef SPECDEC_AMX_INT8
+  vnni_from = amx_tile_rows(m_size);
+  if (vnni_from > 0) {
+    if (half)
+      specdec_quant512::amx_run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, vnni_from, quants,
+                                      mins, sub_scales, kind, sub, y);
+    else
+      specdec_quant512::amx_run_tiles(scales.data_ptr<float>(), scales, a, vnni_from, quants, mins, sub_scales, kind,
+                                      sub, y);
+  }
+#endif
+  if (vnni_from == m_size) return;
+  if (half)
+    run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, vnni_from, quants, mins, sub_scales, kind,
+              sub, y);
   else
-    run_tiles(scales.data_ptr<float>(), scales, a, quants, mins, sub_scales, kind, sub, y);
+    run_tiles(scales.data_ptr<float>(), scales, a, vnni_from, quants, mins, sub_scales, kind, sub, y);
 }
 
 }  // namespace
@@ -331,7 +318,18 @@ std::tuple<at::Tensor, at::Tensor> quant_linear_max(at::Tensor x, at::Tensor qua
 // it without going back through Python
 int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear); }
 
+// Rows of an m_size-row call that run on AMX (0 in the VNNI-only build, or where the OS withholds the tile
+// state): the tests check that the AMX build's split does reach AMX.
+int64_t amx_tile_rows(int64_t m_size) {
+#ifdef SPECDEC_AMX_INT8
+  return specdec_quant512::amx_rows(m_size) ? m_size / 16 * 16 : 0;
+#else
+  return 0;
+#endif
+}
+
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
+  m.def("amx_tile_rows", &amx_tile_rows, "rows of a call that run on AMX-INT8", py::arg("m_size"));
   m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
