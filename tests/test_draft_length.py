@@ -242,7 +242,7 @@ def test_auto_cap_defaults_to_the_methods_own():
     from specdec.drafting.ngram import NgramOptions
 
     c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto"})
-    assert c.num_speculative_tokens == NgramOptions.auto_max_speculative_tokens == 10
+    assert c.num_speculative_tokens == NgramOptions.auto_max_speculative_tokens == 15
     assert SpeculativeConfig.from_dict({"method": "ngram"}).num_speculative_tokens == 5  # fixed: unchanged
     c = SpeculativeConfig.from_dict({"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 3})
     assert c.num_speculative_tokens == 3

@@ -9,7 +9,7 @@ Draft length per step, across a batch:
 - `"num_speculative_tokens": "auto"`: each step, each sequence gets the draft length, zero included, that
   maximises the batch's expected accepted tokens per second, from the target's measured cost curve and
   the sequence's own acceptance per draft position (scheduling/draft_length.py). `max_num_speculative_tokens`
-  caps it (default: the method's `auto_max_speculative_tokens` where it sets one, n-gram's 10, else its
+  caps it (default: the method's `auto_max_speculative_tokens` where it sets one, n-gram's 15, else its
   default length).
 - `"num_speculative_tokens_by_batch_size": [[first, last, k], ...]`: k while the number of running
   sequences is in [first, last] (vLLM's per-batch-size speculation length); outside every range, the

@@ -18,9 +18,11 @@ class NgramOptions:
     prompt_lookup_min: int = 1
     prompt_lookup_max: int = 4
     # "auto"'s cap when the config names none: lookup drafts cost next to nothing and the policy prices each
-    # row, so a lone sequence may run past the fixed default (16 other_kinds prompts, B=1, one run: "auto"
-    # capped at 12 beat k=5, 7 and 10 by 28-67%)
-    auto_max_speculative_tokens: ClassVar[int] = 10
+    # row, so a lone sequence may run past the fixed default (16 other_kinds prompts, B=1, one run on a Zen 4:
+    # "auto" capped at 12 beat k=5, 7 and 10 by 28-67%). 15: on CPUs whose bf16 linears run on AMX tiles, 16
+    # verification rows cost about one, and capped at 15 "auto" beat its former cap of 10 by 8% on
+    # other_kinds and 9% on MT-Bench (one run each, docs/benchmarks.md), while 31 lost 3% to 15
+    auto_max_speculative_tokens: ClassVar[int] = 15
 
     def problems(self) -> list[str]:
         out = []

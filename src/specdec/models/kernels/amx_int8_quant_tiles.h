@@ -29,12 +29,16 @@
 
 namespace specdec_quant512 {
 
-// Whether a call of m_size rows runs its whole 16-row tiles here (the rows past the last whole tile run the
-// VNNI loop). A row tile's tile work (loads, the product, storing 1 KB of sums) costs about what the VNNI loop
-// spends on 12 rows, so fewer than 16 rows stay there. Measured on a 2-core Xeon (ms, AMX / VNNI): the 18
-// layers' int8 linears 6.7 / 8.2 at 16 rows and 24.6 / 30.4 at 64, int4 8.2 / 8.1 and 28.7 / 31.9; an int8
-// LM head (262144 x 640) 9.6 / 10.4 at 16 rows and 40.4 / 62.3 at 128, an int4 one 9.7 / 9.1 and 66.7 / 67.7.
-inline bool amx_rows(int64_t m_size) { return m_size >= 16 && specdec_amx::amx_permitted(); }
+// Whether a call of m_size rows on weights of `kind` runs its whole 16-row tiles here (the rows past the last
+// whole tile run the VNNI loop). A row tile's tile work (loads, the product, storing 1 KB of sums) costs about
+// what the VNNI loop spends on 12 rows, so fewer rows stay there; u4's float chain is 6 ops a row and block
+// against s8's 4, so it breaks even only at about 32 rows. Measured on a 2-core Xeon, ms, AMX / VNNI build
+// (docs/quantization-runs.md, two runs, 5-15% spread): the 18 layers' int8 linears 8.2 / 9.6 at 16 rows,
+// 13.3 / 15.8 at 32, 25.0 / 32.2 at 64; int4 16.0 / 15.4 at 32 (15.0 / 16.1 in the other run), 30.1 / 33.1
+// at 64; an int8 LM head (262144 x 640) 9.0 / 11.5 at 16 rows and 41.9 / 51.4 at 64.
+inline bool amx_rows(int64_t m_size, int64_t kind) {
+  return m_size >= (kind == 1 ? 32 : 16) && specdec_amx::amx_permitted();
+}
 
 // Without sub-scales: tiles 0-3 are C (16 rows x 16 int32 columns, four blocks in flight), 4-5 A (16 rows x
 // one block's 32 k), 6-7 B (one block's 8 groups of 4 k x 16 columns, 4 bytes each). With Q6_K's sub-scales:

@@ -56,7 +56,7 @@
 #include "amx_int8_quant_tiles.h"
 #endif
 
-int64_t amx_tile_rows(int64_t m_size);
+int64_t amx_tile_rows(int64_t m_size, int64_t kind);
 
 namespace {
 
@@ -269,7 +269,7 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   const bool half = scales.scalar_type() == at::kHalf;
   int64_t vnni_from = 0;  // rows before it ran on AMX; the same bits either way
 #ifdef SPECDEC_AMX_INT8
-  vnni_from = amx_tile_rows(m_size);
+  vnni_from = amx_tile_rows(m_size, kind);
   if (vnni_from > 0) {
     if (half)
       specdec_quant512::amx_run_tiles(static_cast<const uint16_t*>(scales.data_ptr()), scales, a, vnni_from, quants,
@@ -318,18 +318,19 @@ std::tuple<at::Tensor, at::Tensor> quant_linear_max(at::Tensor x, at::Tensor qua
 // it without going back through Python
 int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear); }
 
-// Rows of an m_size-row call that run on AMX (0 in the VNNI-only build, or where the OS withholds the tile
-// state): the tests check that the AMX build's split does reach AMX.
-int64_t amx_tile_rows(int64_t m_size) {
+// Rows of an m_size-row call on weights of `kind` that run on AMX (0 in the VNNI-only build, or where the OS
+// withholds the tile state): the tests check that the AMX build's split does reach AMX.
+int64_t amx_tile_rows(int64_t m_size, int64_t kind) {
 #ifdef SPECDEC_AMX_INT8
-  return specdec_quant512::amx_rows(m_size) ? m_size / 16 * 16 : 0;
+  return specdec_quant512::amx_rows(m_size, kind) ? m_size / 16 * 16 : 0;
 #else
   return 0;
 #endif
 }
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
-  m.def("amx_tile_rows", &amx_tile_rows, "rows of a call that run on AMX-INT8", py::arg("m_size"));
+  m.def("amx_tile_rows", &amx_tile_rows, "rows of a call that run on AMX-INT8", py::arg("m_size"),
+        py::arg("kind"));
   m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
