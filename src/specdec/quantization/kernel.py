@@ -2,8 +2,9 @@
 bf16 builds. Every build gives the bits of reference.reference_linear, so which one runs changes speed only.
 Each reads weights packed in tiles of its own width (quantized_weight.pack_tiles):
 
-  amx_int8     the VNNI source built with SPECDEC_AMX_INT8: calls of 4 rows or more multiply 16 rows a tile
-               with AMX-INT8 (kernels/amx_int8_quant_tiles.h), fewer run the VNNI loop; the same tiles
+  amx_int8     the VNNI source built with SPECDEC_AMX_INT8: calls of 16 rows or more (32 for u4) run their
+               whole 16-row tiles on AMX-INT8 (kernels/amx_int8_quant_tiles.h), the rest on the VNNI loop;
+               the same tiles and bits
   avx512_vnni  kernels/avx512_vnni_quant_linear.cpp, tiles of 16 columns (vpdpbusd; AVX512 F/BW/VL + VNNI)
   avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns
 Both read float16 scales and mins where they are exact, and Q5_0's quants in 5 bits.

@@ -66,7 +66,8 @@ inline const uint8_t* b_operand(const uint8_t* w, int64_t kind, int64_t blocks, 
   for (int64_t b = 0; b < blocks; ++b) {
     __m512i wv[8];
     const uint8_t* wb = w + b * block_bytes(kind);
-    for (int64_t l = 0; l < block_bytes(kind); l += 64) _mm_prefetch(reinterpret_cast<const char*>(wb + kAhead + l), _MM_HINT_T0);
+    for (int64_t l = 0; l < block_bytes(kind); l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(wb + kAhead + l), _MM_HINT_T0);
     if (kind == 1) {
       unpack_nibbles(wb, wv);
     } else {
@@ -118,11 +119,11 @@ __attribute__((always_inline)) inline void chain_block(__m512 (&acc)[16], const 
 }
 
 // Rows [row0, row0 + 16) of the layout against one column tile (B: b_operand's), every block in k order,
-// into out [16][16] float32 (`stream`: bops is read from memory here, prefetch ahead); kind 0 (s8 without sub-scales, or s5 unpacked to it) or 1 (u4). s: the tile's
-// scales (a block's 16 at b * s_step), mins (u4) likewise per block. Software-pipelined in quads of blocks:
-// quad q + 1's four products go to four C tiles before quad q's float chains run (from the other half of
-// c), so the tile unit works while the vector unit does (one C tile, block by block, ran 512 rows only 1.35x
-// faster than the VNNI loop).
+// into out [16][16] float32; `stream`: bops is read from memory here, prefetch ahead. Kind 0 (s8 without
+// sub-scales, or s5 unpacked to it) or 1 (u4). s: the tile's scales (a block's 16 at b * s_step), mins (u4)
+// likewise per block. Software-pipelined in quads of blocks: quad q + 1's four products go to four C tiles
+// before quad q's float chains run (from the other half of c), so the tile unit works while the vector unit
+// does (one C tile, block by block, ran 512 rows only 1.35x faster than the VNNI loop).
 template <bool kU4, typename S>
 void row_tile_plain(const uint8_t* bops, bool stream, const S* s, int64_t s_step, const S* mins, const Activations& a,
                     int64_t row0, float* out) {
@@ -135,7 +136,8 @@ void row_tile_plain(const uint8_t* bops, bool stream, const S* s, int64_t s_step
     if (q < quads) {  // quad q's products, stored into c's half q & 1
       const int64_t b0 = 4 * q;
       if (stream)  // the weights' first read (s8 read in place): a later quad's 2 KB
-        for (int l = 0; l < 32; ++l) _mm_prefetch(reinterpret_cast<const char*>(bops + b0 * 512 + kAhead + 64 * l), _MM_HINT_T0);
+        for (int l = 0; l < 32; ++l)
+          _mm_prefetch(reinterpret_cast<const char*>(bops + b0 * 512 + kAhead + 64 * l), _MM_HINT_T0);
       SPECDEC_BLOCK_SUMS(0, 4, 6, xq + b0 * x_step, bops + b0 * 512, kU4);
       SPECDEC_BLOCK_SUMS(1, 5, 7, xq + (b0 + 1) * x_step, bops + (b0 + 1) * 512, kU4);
       SPECDEC_BLOCK_SUMS(2, 4, 6, xq + (b0 + 2) * x_step, bops + (b0 + 2) * 512, kU4);

@@ -1,6 +1,6 @@
-// What the AMX kernels share (amx_rows_linear.cpp, amx_rows_argmax_linear.cpp): the tile shapes, the tile
-// configuration, the OS request for the tile state, the x repacking into the B operand's pair layout, and
-// the per-k-tile multiply of one 32-row weight block against every x row.
+// What the AMX kernels share (amx_rows_linear.cpp, amx_rows_argmax_linear.cpp; amx_int8_quant_tiles.h takes
+// its tile state): the tile shapes, the tile configuration, the OS request for the tile state, the x repacking
+// into the B operand's pair layout, and the per-k-tile multiply of one 32-row weight block against every x row.
 //
 // The computation is transposed, C^T = w @ x^T: weight rows are the A operand, loaded straight from w, and
 // an output element (m, n) starts at zero and takes one TDPBF16PS per 32-wide k tile, in k order, from its

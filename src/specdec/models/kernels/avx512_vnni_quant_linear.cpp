@@ -5,7 +5,9 @@
 // gain. The AVX2 kernel spends sign + maddubs + madd + add (and two broadcasts) on each (row, 4 k, 8 columns)
 // product, so beyond 4 rows it is compute-bound. vpdpbusd does a (row, 4 k, 16 columns) int8 product with
 // its int32 accumulation in one instruction, x's 4 bytes broadcast from memory; each block of weights is
-// loaded into registers once and feeds every row.
+// loaded into registers once and feeds every row. Built with SPECDEC_AMX_INT8 (quantization/kernel.py's
+// amx_int8 build), a call of 16 rows or more (32 for u4) runs its whole 16-row tiles on AMX-INT8 instead
+// (amx_int8_quant_tiles.h: the same integers and float chain, so the same bits) and the rest here.
 //
 // Arithmetic: that of avx2_quant_linear.cpp's header (the activations quantized per block of 32 to the same
 // values, an exact int32 sum per (row, column, block), then the same float chain per element, block after
