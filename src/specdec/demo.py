@@ -17,15 +17,27 @@ DEMO_PROMPTS = [
     "Question: Write a Python function that returns the sum of a list of numbers.\nAnswer:",
 ]
 NGRAM_CONFIG = {"method": "ngram", "num_speculative_tokens": 5, "prompt_lookup_max": 4}
-# The fastest method measured on the default model (scripts/bench_held_out.sh, run hybrid-k7): prompt lookup
-# where the context repeats itself, 7 tokens (8 verification rows, two blocks of the CPU row kernel), the
-# shipped EAGLE-3 drafter elsewhere. Other models get lookup alone.
+# The fastest method measured on the default model (scripts/bench_held_out.sh): prompt lookup where the
+# context repeats itself, the shipped EAGLE-3 drafter elsewhere. Other models get lookup alone.
 DEFAULT_MODEL_CONFIG = {"method": "hybrid", "num_speculative_tokens": 7, "prompt_lookup_min": 3, "fallback": {
     "method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 6, "confidence_threshold": 0.6}}
+# Where the bf16 linears run on AMX tiles, 16 verification rows cost about one: lookup drafts of 15 and
+# EAGLE-3's dynamic tree (depth 10, 15 nodes: one tile of rows with the root). On a 2-core Xeon, one run per
+# prompt set (2026-12-05, runs hybrid-lookup15 and hybrid-lookup15-tree): lookup 15 beat 7 by 17% on held_out
+# and other_kinds, and the tree fallback the chain by 2% and 4%. Elsewhere (AVX2, AVX512-BF16) the row kernel
+# works in blocks of four rows, 8 rows cost about what 6 do, and 7 with the chain measured best (hybrid-k7).
+AMX_CONFIG = {"method": "hybrid", "num_speculative_tokens": 15, "prompt_lookup_min": 3, "fallback": {
+    "method": "eagle3", "model": "gemma-3-270m-eagle3", "num_speculative_tokens": 10, "tree_top_k": 3,
+    "tree_num_draft_tokens": 15, "confidence_threshold": 0.1}}
 
 
 def demo_config(model: str) -> dict:
-    return DEFAULT_MODEL_CONFIG if model == DEFAULT_MODEL else NGRAM_CONFIG
+    """The demo's speculative_config for `model` on this machine."""
+    if model != DEFAULT_MODEL:
+        return NGRAM_CONFIG
+    from specdec.models import fast_linear
+
+    return AMX_CONFIG if fast_linear.kernel_isa() == "amx" else DEFAULT_MODEL_CONFIG
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:

@@ -46,7 +46,8 @@ class HybridOptions:
     fallback: dict[str, Any] = field(default_factory=dict)  # a speculative_config of another method
     # length of a lookup draft: free to make, and on CPU 8 verification rows cost about what 6 do (the bf16
     # row kernel's blocks of 4); 7 measured 2.96x decode on held_out against 2.64x for 5 (runs hybrid-k7,
-    # eagle3-long4-candidate)
+    # eagle3-long4-candidate). Where the bf16 linears run on AMX tiles, 16 rows cost about one and 15 beat
+    # 7 by 17% (run hybrid-lookup15; the demo drafts 15 there, demo.py)
     num_speculative_tokens: int = 7
     prompt_lookup_min: int = 2  # shorter matches go to the fallback
     prompt_lookup_max: int = 4
