@@ -221,6 +221,18 @@ def position_section(directory: Path) -> list[str]:
     return lines + [""] + [line for n in notes if n for line in (n, "")]
 
 
+def by_kernels_note(config: dict) -> str:
+    """The stored defaults per CPU kernel build, where the drafter has any (drafting/proposal_settings.py)."""
+    spec = config.get("speculators_config", {})
+    by_kernels = spec.get("specdec_default_proposal_method_by_kernels") or {}
+    if not by_kernels:
+        return ""
+    builds = ", ".join(f"where specdec's CPU kernels are the `{isa}` build its `{kind}` entry"
+                       for isa, kind in sorted(by_kernels.items()))
+    return (f" That bare config runs the stored `{spec.get('default_proposal_method')}` entry, and {builds}: "
+            "the shape that led there, where verification rows cost less (figures below).")
+
+
 def card(directory: Path) -> str:
     name = directory.name.removeprefix("gemma-3-270m-")
     config = json.loads((directory / "config.json").read_text())
@@ -242,6 +254,7 @@ def card(directory: Path) -> str:
         "With specdec the tokens of the request itself (prompt and output so far) join the draft vocabulary "
         "through the target's LM head rows (`context_vocab`, on by default; vLLM drafts from the static "
         "vocabulary only)."
+        + by_kernels_note(config)
         + (" vLLM's own Medusa loader reads another layout: `specdec drafter export-vllm "
            f"{directory.name} --output DIR` writes it (the shared LM head rows of the draft vocabulary are "
            "stored in it once)."

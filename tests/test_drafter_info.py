@@ -9,6 +9,7 @@ import pytest
 
 from specdec.cli import main
 from specdec.drafting.shipped import ENV_VAR, shipped_drafters_dir
+from specdec.models import fast_linear
 
 
 @pytest.fixture(autouse=True)
@@ -16,7 +17,8 @@ def _no_env(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
 
 
-def test_info_on_the_shipped_eagle3(capsys):
+def test_info_on_the_shipped_eagle3(capsys, monkeypatch):
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "avx2")  # the stored default there: the chain
     assert main(["drafter", "info", "gemma-3-270m-eagle3"]) == 0
     out = capsys.readouterr().out
     for text in ("method: eagle3 (Eagle3Speculator)", "target: gemma-3-270m (vocabulary 262144",
@@ -25,6 +27,15 @@ def test_info_on_the_shipped_eagle3(capsys):
                  "defaults/eagle3", "2026-12-05", "benchmarks/results/defaults/eagle3-mt_bench.json", "chosen: greedy",
                  '"num_speculative_tokens": 7'):
         assert text in out, text
+
+
+def test_info_gives_the_default_of_the_kernels_built_here(capsys, monkeypatch):
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")  # the stored default there: the tree
+    assert main(["drafter", "info", "gemma-3-270m-eagle3", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["default_proposal_method"] == "dynamic_tree"
+    assert [m["proposal_type"] for m in info["proposal_methods"] if m["default"]] == ["dynamic_tree"]
+    assert info["effective_config"]["tree_top_k"] == 3 and info["effective_config"]["num_speculative_tokens"] == 10
 
 
 def test_info_gives_the_sweep_a_drafter_was_tuned_on(capsys):

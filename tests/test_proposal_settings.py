@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from specdec import SpeculativeConfig
+from specdec.models import fast_linear
 from specdec.drafting.proposal_settings import entry_options
 from specdec.drafting.shipped import ENV_VAR, shipped_drafter_names, shipped_drafters_dir
 
@@ -21,6 +22,9 @@ HELD_OUT = "other_kinds"  # the bench's held-out kinds: never the set settings a
 @pytest.fixture(autouse=True)
 def _no_env(monkeypatch):
     monkeypatch.delenv(ENV_VAR, raising=False)
+    # the stored default may depend on the kernels built here (specdec_default_proposal_method_by_kernels):
+    # these tests expect the portable one unless they set another
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "avx2")
 
 
 def _drafter(tmp_path: Path, method: str, proposal_methods: list, default: str | None = "greedy") -> str:
@@ -58,6 +62,31 @@ def test_asking_for_a_tree_takes_the_stored_tree():
             out["confidence_threshold"]) == (10, 3, 15, 0.1)
     out = _resolve(method="eagle3", model=EAGLE, tree_top_k=1)  # a chain, asked for explicitly
     assert out["num_speculative_tokens"] == 7 and out["confidence_threshold"] == 0.45
+
+
+@pytest.mark.parametrize("isa, tree", [("amx", True), ("avx512_bf16", False), ("avx2", False), (None, False)])
+def test_the_default_entry_follows_the_kernels_built_here(monkeypatch, isa, tree):
+    """The shipped EAGLE-3's bare config runs its tree where the bf16 kernels are the AMX build (16
+    verification rows cost about one there), its chain elsewhere; a shape the user asks for still wins, and a
+    config with a key of its own keeps the chain's other settings everywhere."""
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: isa)
+    out = _resolve(method="eagle3", model=EAGLE)
+    assert (out["num_speculative_tokens"], out["tree_top_k"]) == ((10, 3) if tree else (7, 1))
+    assert out["confidence_threshold"] == (0.1 if tree else 0.45)
+    out = _resolve(method="eagle3", model=EAGLE, tree_top_k=1)  # a chain, asked for
+    assert (out["num_speculative_tokens"], out["confidence_threshold"]) == (7, 0.45)
+    # a key of the user's own: the portable default's shape fills the rest on every machine
+    out = _resolve(method="eagle3", model=EAGLE, confidence_threshold=0.3)
+    assert (out["num_speculative_tokens"], out["tree_top_k"], out["confidence_threshold"]) == (7, 1, 0.3)
+
+
+def test_a_default_by_kernels_naming_no_entry_is_no_entry(monkeypatch, tmp_path):
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    model = _drafter(tmp_path, "eagle3", [{"proposal_type": "greedy", "speculative_tokens": 5}])
+    config = json.loads((Path(model) / "config.json").read_text())
+    config["speculators_config"]["specdec_default_proposal_method_by_kernels"] = {"avx2": "dynamic_tree"}
+    (Path(model) / "config.json").write_text(json.dumps(config))
+    assert _resolve(method="eagle3", model=model)["num_speculative_tokens"] == 5  # amx: the default, greedy
 
 
 def test_auto_takes_the_stored_length_as_its_cap():
@@ -171,3 +200,11 @@ def test_every_stored_figure_is_in_the_report_it_names(name):
     assert stored[tuning["chosen"]] == chosen[0]["settings"]
     same_run = [c for c in tuning["candidates"] if c["run"] == chosen[0]["run"]]
     assert chosen[0]["speedup"] == max(c["speedup"] for c in same_run)  # the best of its run
+    # a default for a kernel build: stored as tuned, and the best of the run it was measured in
+    by_kernels = config["speculators_config"].get("specdec_default_proposal_method_by_kernels", {})
+    assert by_kernels == tuning.get("chosen_by_kernels", {})
+    for proposal_type in by_kernels.values():
+        picked = [c for c in tuning["candidates"] if c.get("proposal_type") == proposal_type]
+        assert len(picked) == 1 and stored[proposal_type] == picked[0]["settings"]
+        same_run = [c for c in tuning["candidates"] if c["run"] == picked[0]["run"]]
+        assert picked[0]["speedup"] == max(c["speedup"] for c in same_run)

@@ -10,8 +10,12 @@ so a drafter written by another tool still gives its draft length.
 An entry may store `"num_speculative_tokens": "auto"` with its cap `max_num_speculative_tokens` (the
 draft-length policy keys, `speculative_config.py`): a config that sets no draft length then runs "auto".
 
+`specdec_default_proposal_method_by_kernels` (ours) may name another default for a CPU kernel build, e.g.
+{"amx": "dynamic_tree"}: the best shape depends on what verification rows cost there. A bare config (the
+drafter alone) takes it; a config with keys of its own keeps `default_proposal_method`'s shape everywhere.
+
 The rule: keys the user gave win; every other key of the chosen entry is filled in. The chosen entry is the
-default one, unless the user fixed the draft's shape (`tree_top_k`, `medusa_choices`) to another shape; then
+default one (for this machine's kernels), unless the user fixed the draft's shape (`tree_top_k`, `medusa_choices`) to another shape; then
 the first stored entry of the user's shape, or none. So `{"method": "eagle3", "model": M}` runs M's stored
 best, `{..., "tree_top_k": 3}` M's stored best tree, and `{..., "num_speculative_tokens": 4}` the best
 entry's other settings with the user's K.
@@ -27,6 +31,8 @@ from typing import Any
 from specdec.drafting.shipped import DrafterNotFound, resolve_drafter
 
 SPECDEC_OPTIONS = "specdec_options"
+# speculators_config key of ours: {kernel build: proposal type} overriding default_proposal_method there
+DEFAULT_BY_KERNELS = "specdec_default_proposal_method_by_kernels"
 SHAPE_KEYS = ("tree_top_k", "medusa_choices")  # keys that decide whether the draft is a chain or which tree
 
 
@@ -73,10 +79,27 @@ def read_drafter_config(model: Any, method: str) -> tuple[Path, dict[str, Any]] 
     return path, config
 
 
-def stored_entries(config: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+def stored_entries(config: dict[str, Any], bare: bool = False) -> tuple[list[dict[str, Any]], str | None]:
+    """The stored entries and the default one's proposal type: for a `bare` config (the drafter alone, no
+    other key) the one for this machine's kernels (default_for_kernels), else `default_proposal_method`."""
     spec = config.get("speculators_config") or {}
     entries = [e for e in spec.get("proposal_methods") or [] if isinstance(e, dict)]
-    return entries, spec.get("default_proposal_method")
+    return entries, default_for_kernels(spec) if bare else spec.get("default_proposal_method")
+
+
+def default_for_kernels(spec: dict[str, Any]) -> str | None:
+    """`default_proposal_method`, or the proposal type `DEFAULT_BY_KERNELS` names for the CPU kernels built
+    here (models/fast_linear.kernel_isa()). The best shape depends on what verification rows cost: where the
+    bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain, elsewhere the
+    chain wins. Only a bare config takes it: a config that sets a key of its own (a length, a threshold)
+    keeps meaning the same shape on every machine."""
+    default = spec.get("default_proposal_method")
+    by_kernels = spec.get(DEFAULT_BY_KERNELS)
+    if not isinstance(by_kernels, dict) or not by_kernels:
+        return default
+    from specdec.models import fast_linear
+
+    return by_kernels.get(fast_linear.kernel_isa() or "", default)
 
 
 def choose_entry(method: str, options_class: type, user: dict[str, Any],
@@ -104,7 +127,8 @@ def stored_entry(method: str, options_class: type, user: dict[str, Any]) -> tupl
     if found is None:
         return None, None
     path, config = found
-    return choose_entry(method, options_class, user, *stored_entries(config)), path
+    bare = not set(user) - {"model"}
+    return choose_entry(method, options_class, user, *stored_entries(config, bare)), path
 
 
 def stored_schedule(entry: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:

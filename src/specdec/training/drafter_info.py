@@ -76,7 +76,7 @@ def drafter_info(name_or_path: str) -> dict[str, Any]:
         value = _get(config, path)
         if value is not None and label not in sizes:
             sizes[label] = value
-    entries, default = stored_entries(config)
+    entries, default = stored_entries(config, bare=True)  # what {"method": ..., "model": NAME} runs here
     stored = [{"proposal_type": e.get("proposal_type"), "default": e.get("proposal_type") == default,
                "settings": entry_options(e)} for e in entries]
     effective = _effective_config(method, str(name_or_path))
