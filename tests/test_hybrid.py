@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from specdec import LLM, SamplingParams
+from specdec import LLM, SamplingParams, SpeculativeConfig
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.hybrid import HybridOptions, HybridProposer
 from specdec.drafting.ngram import find_continuation
@@ -262,3 +262,17 @@ def test_fixed_is_the_old_rule():
         old = find_continuation(np.asarray(tokens, dtype=np.int64), 3, 4, 5)
         assert (source, draft) == ((LOOKUP, old) if old else (FALLBACK, [WRONG] * 3))
     assert 0 < hybrid.drafted_by_lookup < 300 and hybrid.counters()["explored_steps"] == 0
+
+
+@pytest.mark.parametrize("isa, tokens", [("amx", 15), ("avx512_bf16", 7), ("avx2", 7), (None, 7)])
+def test_the_lookup_length_defaults_to_what_verification_rows_cost(monkeypatch, isa, tokens):
+    """15 where the bf16 kernels are the AMX build (16 verification rows cost about one), else 7; a length
+    the user gives wins."""
+    from specdec.models import fast_linear
+
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: isa)
+    config = SpeculativeConfig.from_dict({"method": "hybrid", "fallback": {"method": "mtp"}})
+    assert config.options.num_speculative_tokens == tokens
+    config = SpeculativeConfig.from_dict({"method": "hybrid", "num_speculative_tokens": 4,
+                                          "fallback": {"method": "mtp"}})
+    assert config.options.num_speculative_tokens == 4

@@ -41,14 +41,22 @@ if TYPE_CHECKING:
 SELECTIONS = ("adaptive", "fixed")
 
 
+def default_lookup_tokens() -> int:
+    """The lookup draft's default length: free to make, so as many tokens as verification rows cost little.
+    On CPUs whose bf16 kernels are the AMX build 16 rows cost about one, and 15 beat 7 by 17% on held_out
+    and other_kinds (run hybrid-lookup15), by 5-12% over the 4-bit targets' plain decoding (runs
+    quantized/other_kinds-xeon-hybrid15 and -amx-int8). Elsewhere 8 rows cost about what 6 do (the bf16 row
+    kernel's blocks of 4), and 7 measured 2.96x decode on held_out against 2.64x for 5 (runs hybrid-k7,
+    eagle3-long4-candidate)."""
+    from specdec.models import fast_linear
+
+    return 15 if fast_linear.kernel_isa() == "amx" else 7
+
+
 @dataclass
 class HybridOptions:
     fallback: dict[str, Any] = field(default_factory=dict)  # a speculative_config of another method
-    # length of a lookup draft: free to make, and on CPU 8 verification rows cost about what 6 do (the bf16
-    # row kernel's blocks of 4); 7 measured 2.96x decode on held_out against 2.64x for 5 (runs hybrid-k7,
-    # eagle3-long4-candidate). Where the bf16 linears run on AMX tiles, 16 rows cost about one and 15 beat
-    # 7 by 17% (run hybrid-lookup15; the demo drafts 15 there, demo.py)
-    num_speculative_tokens: int = 7
+    num_speculative_tokens: int = field(default_factory=default_lookup_tokens)  # the lookup draft's length
     prompt_lookup_min: int = 2  # shorter matches go to the fallback
     prompt_lookup_max: int = 4
     selection: str = "fixed"  # which part drafts where lookup matches: see the module docstring
