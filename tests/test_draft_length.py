@@ -348,3 +348,30 @@ def test_drain_weights_follow_the_tokens_left():
 
     seqs = [SimpleNamespace(room=99), SimpleNamespace(room=49), SimpleNamespace(room=0)]
     assert drain_weights(seqs) == [1.0, 0.5, 0.01]  # type: ignore[arg-type]
+
+
+STEEP = CostCurve([1, 2, 4, 8, 16], [13.0, 14.2, 15.5, 18.5, 24.5])  # the gguf target's: 16 rows cost 1.9x one
+
+
+def test_a_continuation_prior_lets_lookup_draft_past_its_measured_first_position():
+    """Only position 0 measured (30% kept), on a curve where rows cost: the geometric guess (0.6, 0.36,
+    0.22, ...) stops the draft at 4 rows; n-gram lookup's prior (a copy stays right 85% of the time once it
+    was right) makes a longer draft pay, and then measured rates take over."""
+    first_only = history([0.3])
+    assert AutoDraftLength(STEEP, max_length=15).choose([first_only], [15]) == [4]
+    with_prior = AutoDraftLength(STEEP, max_length=15, continuation_prior=0.85)
+    assert with_prior.choose([first_only], [15])[0] >= 9
+    measured = history([0.3, 0.03, 0.003])  # deeper positions measured as nearly never kept: drafts shrink
+    assert with_prior.choose([measured], [15])[0] <= 2
+
+
+def test_the_llm_gives_auto_its_methods_continuation_prior(zoo):
+    from specdec import LLM
+
+    target = zoo.load("gemma3_text")
+    target.cost_curve = CHEAP  # no timing here
+    assert LLM(loaded=target, speculative_config={"method": "ngram", "num_speculative_tokens": "auto"}
+               ).draft_length_policy.continuation_prior == 0.85
+    assert LLM(loaded=target, speculative_config={"method": "draft_model", "model": "self:1",
+                                                  "num_speculative_tokens": "auto"}
+               ).draft_length_policy.continuation_prior is None

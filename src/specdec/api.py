@@ -135,7 +135,8 @@ class LLM:
         if c.by_batch_size:
             return DraftLengthByBatchSize(c.by_batch_size, c.num_speculative_tokens)
         if c.auto:
-            return AutoDraftLength(self.cost_curve(), c.num_speculative_tokens)
+            return AutoDraftLength(self.cost_curve(), c.num_speculative_tokens,
+                                   continuation_prior=get_method(c.method).continuation_prior)
         return FixedDraftLength(None)
 
     def cost_curve(self) -> CostCurve:

@@ -49,6 +49,11 @@ class Proposer(ABC):
     """Base class of drafting methods; register subclasses with `@register("name")`."""
 
     Options: ClassVar[type]  # dataclass of this method's speculative_config keys
+    # The chance that a draft token is kept given that the one before it was, which the "auto" draft-length
+    # policy assumes for positions it has not measured yet; None: the first position's own rate (a geometric
+    # guess, scheduling/draft_length.py). A method whose errors come in runs (a lookup copy is right until
+    # the copied text and the output part) sets it.
+    continuation_prior: ClassVar[float | None] = None
     # residual-stream indices (see ModelRuntime.forward) the proposer wants from every target forward
     target_layers: tuple[int, ...] = ()
 

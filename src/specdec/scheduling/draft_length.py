@@ -94,6 +94,7 @@ class AutoDraftLength(DraftLengthPolicy):
     curve: CostCurve
     max_length: int
     draft: DraftCost = field(default_factory=DraftCost)  # the drafter's cost in a step, measured while drafting
+    continuation_prior: float | None = None  # the method's (Proposer.continuation_prior), see batch_rates
     prior: list[float] = field(default_factory=list)  # the batch's rates so far, per position
     target_scale: float = 1.0  # recent steps without a draft: wall time / the curve's prediction
     _scale_seen: bool = False
@@ -168,11 +169,16 @@ class AutoDraftLength(DraftLengthPolicy):
         """The batch's r_i for i < n. A position's prior continues the positions before it at their last
         measured continuation rate (r_i-1 / r_i-2), so positions never drafted yet are neither written off
         nor assumed: a policy that only ever drafted 2 tokens still sees what a third would likely bring,
-        tries it when that pays, and then measures it."""
+        tries it when that pays, and then measures it. Position 1 has no measured continuation before it:
+        the method's continuation_prior where it has one, else r_0 itself (geometric). Lookup needs the
+        prior: on a target whose rows cost more (gguf: 16 rows twice one), r_1 = r_0^2 made a second row
+        look unprofitable, so it was never drafted and never measured, and "auto" kept drafting one token."""
         out: list[float] = []
         for i in range(n):
             if i == 0:
                 guess = FIRST_GUESS
+            elif i == 1 and self.continuation_prior is not None:
+                guess = out[0] * self.continuation_prior
             else:
                 before = out[i - 2] if i >= 2 else 1.0
                 guess = out[i - 1] * min(out[i - 1] / before, 1.0) if before > 0 else 0.0
