@@ -15,10 +15,10 @@ draft-length policy keys, `speculative_config.py`): a config that sets no draft 
 drafter alone) takes it; a config with keys of its own keeps `default_proposal_method`'s shape everywhere.
 
 The rule: keys the user gave win; every other key of the chosen entry is filled in. The chosen entry is the
-default one (for this machine's kernels), unless the user fixed the draft's shape (`tree_top_k`, `medusa_choices`) to another shape; then
-the first stored entry of the user's shape, or none. So `{"method": "eagle3", "model": M}` runs M's stored
-best, `{..., "tree_top_k": 3}` M's stored best tree, and `{..., "num_speculative_tokens": 4}` the best
-entry's other settings with the user's K.
+default one (for a bare config, this machine's kernels' one), unless the user fixed the draft's shape
+(`tree_top_k`, `medusa_choices`) to another shape; then the first stored entry of the user's shape, or none.
+So `{"method": "eagle3", "model": M}` runs M's stored best, `{..., "tree_top_k": 3}` M's stored best tree,
+and `{..., "num_speculative_tokens": 4}` the default entry's other settings with the user's K.
 """
 
 from __future__ import annotations

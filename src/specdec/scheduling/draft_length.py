@@ -172,7 +172,8 @@ class AutoDraftLength(DraftLengthPolicy):
         tries it when that pays, and then measures it. Position 1 has no measured continuation before it:
         the method's continuation_prior where it has one, else r_0 itself (geometric). Lookup needs the
         prior: on a target whose rows cost more (gguf: 16 rows twice one), r_1 = r_0^2 made a second row
-        look unprofitable, so it was never drafted and never measured, and "auto" kept drafting one token."""
+        look unprofitable, so deeper positions were rarely drafted or measured, and "auto" kept its drafts short
+        (k=1 in 67 of 69 steps of a RAG prompt; docs/benchmarks.md)."""
         out: list[float] = []
         for i in range(n):
             if i == 0:
