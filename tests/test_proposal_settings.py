@@ -80,7 +80,7 @@ def test_the_default_entry_follows_the_kernels_built_here(monkeypatch, isa, tree
     assert (out["num_speculative_tokens"], out["tree_top_k"], out["confidence_threshold"]) == (7, 1, 0.3)
 
 
-def test_a_default_by_kernels_naming_no_entry_is_no_entry(monkeypatch, tmp_path):
+def test_a_kernel_build_missing_from_the_map_takes_the_stored_default(monkeypatch, tmp_path):
     monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
     model = _drafter(tmp_path, "eagle3", [{"proposal_type": "greedy", "speculative_tokens": 5}])
     config = json.loads((Path(model) / "config.json").read_text())
