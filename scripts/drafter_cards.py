@@ -45,14 +45,7 @@ COMMANDS = {
                   "2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --max-seq-len 1280 "
                   "--feature-cache data/fc-a --cache-budget-gb 10` (`out/b8-snap`: the B=8 run's checkpoint at step "
                   "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
-    "dflash-b8": "specdec train dflash --data "
-                 "datasets/gemma-3-270m-distill-128,datasets/gemma-3-270m-distill-128-s18 --follow-data --output "
-                 "out/train/dflash-b8-s18 --init-from drafters/gemma-3-270m-dflash-b8 --max-steps 700 "
-                 "--prompt-samples 1000 --tokens-per-step 2048 --lr 3e-4 --warmup-steps 20 --checkpoint-every 25 "
-                 "--threads 1 --max-seq-len 1280 --feature-cache data/fc-a --cache-budget-gb 10`: the first stage "
-                 "with context columns in DFlash's objective; the two sets were read as one merge that grew from "
-                 "1,588 to 2,714 samples while `specdec data generate` still made the second, re-read at every epoch"
-                 " by `--follow-data` from `data/mix18",
+    "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19 --output out/train/dflash-b8-long2 --init-from out/train/dflash-b8-long1 --max-steps 1600 --tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 16",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): <drafter>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
@@ -79,14 +72,16 @@ def describe(data: dict) -> str:
 # configuration measured again in a later run is quoted from that run only.
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
         "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
-        "eagle3-long6", "xeon-fused-attention", "xeon-one-call"]
+        "eagle3-long6", "xeon-fused-attention", "xeon-one-call", "defaults/auto-xeon", "dflash-long2",
+        "defaults/dflash-long2"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
-SUPERSEDED = {"gemma-3-270m-dflash-b8": {"all-methods"},
+SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long2")]),
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
                                       "held-out-before", "held-out-shipped", "defaults/check",
                                       "eagle3-long4-candidate", "hybrid-k7", "eagle3-trees-xeon"}}
 # Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
-MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long6"): "out/train/eagle3-long6"}
+MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long6"): "out/train/eagle3-long6",
+               ("gemma-3-270m-dflash-b8", "dflash-long2"): "out/train/dflash-b8-long2"}
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:

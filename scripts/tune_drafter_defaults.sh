@@ -7,6 +7,9 @@
 #   auto   MT-Bench: each stored shape with "num_speculative_tokens": "auto" against its fixed length
 #   eagle3 MT-Bench, 2 questions per category: EAGLE-3's stored chain beside dynamic trees, for its
 #          specdec_tuning after a retrain or a kernel change (not part of the default PARTS)
+#   amx    MT-Bench on a CPU whose bf16 kernels are the AMX build: Medusa's, MTP's and DFlash's stored "auto" beside
+#          their fixed shapes, for `specdec_default_proposal_method_by_kernels` (not part of the default PARTS;
+#          runs defaults/auto-xeon and, for DFlash's current weights, defaults/dflash-long2)
 #   check  the bare configs (the stored settings) beside fixed lengths on the other kinds (scripts/check_defaults.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -69,6 +72,23 @@ EAGLE3="[
 if has eagle3; then
   .venv/bin/specdec bench --prompts "$MT" --per-category 2 --speculative-config "$EAGLE3" --no-progress \
     --output "$OUT/eagle3-mt_bench.json" | tee "$OUT/eagle3-mt_bench.txt"
+fi
+# where verification rows cost about one (AMX): "auto" against fixed shapes; pass the shapes explicitly, since a
+# bare config there already takes the AMX default
+AMX="[
+ {$M, \"num_speculative_tokens\": \"auto\"}, {$M, \"num_speculative_tokens\": 4}, {$M, \"num_speculative_tokens\": 4, \"tree_num_draft_tokens\": 15},
+ {$T, \"num_speculative_tokens\": \"auto\"}, {$T, \"num_speculative_tokens\": 6}, {$T, \"tree_top_k\": 3},
+ {$D16, \"num_speculative_tokens\": \"auto\"}, {$D16, \"num_speculative_tokens\": 5}
+]"
+AMX_DFLASH="[
+ {$D8, \"num_speculative_tokens\": \"auto\"}, {$D8, \"num_speculative_tokens\": 7}, {$D8, \"num_speculative_tokens\": 5},
+ {$D8, \"num_speculative_tokens\": 7, \"confidence_threshold\": 0}
+]"
+if has amx; then
+  .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$AMX" --no-progress \
+    --output "$OUT/auto-xeon-mt_bench.json" | tee "$OUT/auto-xeon-mt_bench.txt"
+  .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$AMX_DFLASH" --no-progress \
+    --output "$OUT/dflash-long2-mt_bench.json" | tee "$OUT/dflash-long2-mt_bench.txt"
 fi
 if has check; then
   .venv/bin/specdec bench --prompts "$OTHER" --per-category 3 --speculative-config "$CHECK" --no-progress \

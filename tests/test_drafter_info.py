@@ -58,7 +58,20 @@ def test_info_says_when_a_drafter_is_not_tuned(tmp_path, capsys):
     assert "chosen: none (not tuned)" in out and "needed: not tuned" in out
 
 
-def test_info_as_json(capsys):
+def test_info_names_the_entry_a_kernel_default_picks_among_two_of_one_type(capsys, monkeypatch):
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")  # Medusa's stored default there: a fixed depth
+    assert main(["drafter", "info", "gemma-3-270m-medusa", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert [m.get("name") for m in info["proposal_methods"] if m["default"]] == ["dynamic_tree_fixed_depth"]
+    assert info["effective_config"]["num_speculative_tokens"] == 4 and info["effective_config"]["tree_top_k"] == 4
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "avx2")
+    assert main(["drafter", "info", "gemma-3-270m-medusa"]) == 0
+    out = capsys.readouterr().out
+    assert "dynamic_tree (dynamic_tree_fixed_depth)" in out and '"num_speculative_tokens": "auto"' in out
+
+
+def test_info_as_json(capsys, monkeypatch):
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "avx2")  # the stored default there: "auto"
     assert main(["drafter", "info", "gemma-3-270m-mtp", "--json"]) == 0
     info = json.loads(capsys.readouterr().out)
     assert info["method"] == "mtp" and info["sizes"]["MTP modules"] == 1

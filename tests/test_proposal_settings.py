@@ -89,6 +89,37 @@ def test_a_kernel_build_missing_from_the_map_takes_the_stored_default(monkeypatc
     assert _resolve(method="eagle3", model=model)["num_speculative_tokens"] == 5  # amx: the default, greedy
 
 
+def test_a_kernel_default_may_name_one_of_two_entries_of_a_proposal_type(monkeypatch, tmp_path):
+    auto = {"proposal_type": "greedy", "speculative_tokens": 7,
+            "specdec_options": {"num_speculative_tokens": "auto", "max_num_speculative_tokens": 7}}
+    fixed = {"proposal_type": "greedy", "speculative_tokens": 7, "specdec_name": "fixed",
+             "specdec_options": {"num_speculative_tokens": 7}}
+    model = _drafter(tmp_path, "dflash", [auto, fixed])
+    config = json.loads((Path(model) / "config.json").read_text())
+    config["speculators_config"]["specdec_default_proposal_method_by_kernels"] = {"amx": "fixed"}
+    (Path(model) / "config.json").write_text(json.dumps(config))
+    assert SpeculativeConfig.from_dict({"method": "dflash", "model": model}).auto  # avx2: the first greedy
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    bare = SpeculativeConfig.from_dict({"method": "dflash", "model": model})
+    assert not bare.auto and bare.num_speculative_tokens == 7  # amx: the named entry
+    # a key of the user's own: the stored default (the first greedy) fills the rest, as on every machine
+    assert SpeculativeConfig.from_dict({"method": "dflash", "model": model, "confidence_threshold": 0.2}).auto
+
+
+def test_a_quantized_target_takes_the_portable_default(monkeypatch):
+    # its kernels' verification rows cost more than bf16's AMX ones: the AMX defaults' fixed trees lost there
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    medusa = {"method": "medusa", "model": "gemma-3-270m-medusa"}
+    assert not SpeculativeConfig.from_dict(medusa).auto  # bf16 on AMX: the fixed depth
+    assert not SpeculativeConfig.from_dict(medusa, "none").auto
+    for quantization in ("int8", "int4", "gguf"):
+        assert SpeculativeConfig.from_dict(medusa, quantization).auto
+        assert SpeculativeConfig.from_json(json.dumps(medusa), quantization=quantization).auto
+        assert SpeculativeConfig.from_value(medusa, quantization).auto
+    eagle = SpeculativeConfig.from_dict({"method": "eagle3", "model": EAGLE}, "gguf")
+    assert eagle.options.tree_top_k == 1 and eagle.options.num_speculative_tokens == 7  # the stored chain
+
+
 def test_auto_takes_the_stored_length_as_its_cap():
     out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto")
     assert out["num_speculative_tokens"] == "auto" and out["max_num_speculative_tokens"] == 7
@@ -179,6 +210,10 @@ def _matching_run(candidate: dict, drafter: str) -> dict | None:
     return None
 
 
+def _name(entry_or_candidate: dict) -> str | None:
+    return entry_or_candidate.get("specdec_name", entry_or_candidate.get("proposal_type"))
+
+
 @pytest.mark.parametrize("name", shipped_drafter_names())
 def test_every_stored_figure_is_in_the_report_it_names(name):
     config = json.loads((shipped_drafters_dir() / name / "config.json").read_text())
@@ -194,17 +229,18 @@ def test_every_stored_figure_is_in_the_report_it_names(name):
     if tuning["chosen"] is None:
         assert tuning["needed"]
         return
-    chosen = [c for c in tuning["candidates"] if c.get("proposal_type") == tuning["chosen"]]
+    # an entry (and the candidate it was chosen from) goes by its specdec_name where two share a proposal type
+    chosen = [c for c in tuning["candidates"] if _name(c) == tuning["chosen"]]
     assert len(chosen) == 1 and config["speculators_config"]["default_proposal_method"] == tuning["chosen"]
-    stored = {e["proposal_type"]: entry_options(e) for e in entries}
-    assert stored[tuning["chosen"]] == chosen[0]["settings"]
+    stored = {_name(e): entry_options(e) for e in entries}
+    assert len(stored) == len(entries) and stored[tuning["chosen"]] == chosen[0]["settings"]
     same_run = [c for c in tuning["candidates"] if c["run"] == chosen[0]["run"]]
     assert chosen[0]["speedup"] == max(c["speedup"] for c in same_run)  # the best of its run
     # a default for a kernel build: stored as tuned, and the best of the run it was measured in
     by_kernels = config["speculators_config"].get("specdec_default_proposal_method_by_kernels", {})
     assert by_kernels == tuning.get("chosen_by_kernels", {})
     for proposal_type in by_kernels.values():
-        picked = [c for c in tuning["candidates"] if c.get("proposal_type") == proposal_type]
+        picked = [c for c in tuning["candidates"] if _name(c) == proposal_type]
         assert len(picked) == 1 and stored[proposal_type] == picked[0]["settings"]
         same_run = [c for c in tuning["candidates"] if c["run"] == picked[0]["run"]]
         assert picked[0]["speedup"] == max(c["speedup"] for c in same_run)

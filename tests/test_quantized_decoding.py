@@ -193,3 +193,25 @@ def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch,
     python = run()
     for a, b in zip(fused, python):
         assert torch.equal(a, b)
+
+
+def test_a_config_is_resolved_for_the_targets_quantization(quantized, monkeypatch, tmp_path):
+    # a drafter's stored default for a bare config may depend on what the target's rows cost
+    # (proposal_settings.default_for_kernels): LLM and the bench resolve a dict with the target's quantization
+    import json
+
+    from specdec import speculative_config
+    from specdec.bench.runner import run_bench
+
+    seen = []
+    real = speculative_config.stored_entry
+    monkeypatch.setattr(speculative_config, "stored_entry",
+                        lambda method, options, data, quantization=None: seen.append(quantization)
+                        or real(method, options, data, quantization))
+    target = quantized("gemma_untied", "int8")
+    ngram = {"method": "ngram", "num_speculative_tokens": 3}
+    LLM(loaded=target, speculative_config=ngram)
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text(json.dumps({"prompt": "the cat sat on the mat, the cat sat on the", "category": "x"}) + "\n")
+    run_bench(prompts, speculative_config=[ngram], max_new_tokens=4, progress=False, loaded=target, warmup=0)
+    assert seen[:2] == ["int8", "int8"]

@@ -86,7 +86,9 @@ class LLM:
         kv_cache_memory_bytes: int = DEFAULT_KV_CACHE_BYTES,
         quantization: str | None = None,
     ) -> None:
-        speculative_config = SpeculativeConfig.from_value(speculative_config)
+        # a drafter's stored default for a bare config may depend on what the target's rows cost
+        target_quantization = quantization if quantization is not None or loaded is None else loaded.quantization
+        speculative_config = SpeculativeConfig.from_value(speculative_config, target_quantization)
         self.speculative_config = speculative_config
         # every argument is checked before the (slow) model load
         if max_model_len is not None:

@@ -34,10 +34,11 @@ def add_model_args(parser: argparse.ArgumentParser, speculative: bool = True) ->
     )
 
 
-def parse_speculative_config(text: str | None):
+def parse_speculative_config(text: str | None, quantization: str | None = None):
+    """--speculative-config for a target of `quantization` (a drafter's stored default may depend on it)."""
     from specdec.speculative_config import SpeculativeConfig
 
-    return None if text is None else SpeculativeConfig.from_json(text, "--speculative-config")
+    return None if text is None else SpeculativeConfig.from_json(text, "--speculative-config", quantization)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -51,7 +52,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         seed=args.seed, stop=args.stop or [],
     )
-    config = parse_speculative_config(args.speculative_config)
+    config = parse_speculative_config(args.speculative_config, args.quantization)
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
               quantization=args.quantization)
     printed = ""

@@ -111,15 +111,19 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     from specdec.cli import parse_speculative_config
 
-    text = args.speculative_config
-    if text is not None and text.lstrip().startswith("["):  # several methods in one run
-        config = [parse_speculative_config(json.dumps(c)) for c in json.loads(text)]
-    else:
-        config = parse_speculative_config(text)
-    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     from specdec.bench.quantized import parse_quantizations
 
     quantizations = parse_quantizations(args.quantization)
+    text = args.speculative_config
+    several = text is not None and text.lstrip().startswith("[")  # several methods in one run
+    # resolved for the (first) target; checked here either way, before any model loads
+    if several:
+        config = [parse_speculative_config(json.dumps(c), quantizations[0]) for c in json.loads(text)]
+    else:
+        config = parse_speculative_config(text, quantizations[0])
+    if len(quantizations) > 1 and text is not None:  # each target resolves the dicts for itself (run_bench)
+        config = json.loads(text)
+    categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None
     if args.batch_size:
         if args.include_llama_cpp:
             raise ValueError("--include-llama-cpp runs at batch 1 only: drop it or --batch-size")

@@ -29,6 +29,7 @@ from specdec.drafting.dflash_format import load_dflash
 from specdec.drafting.dflash_model import ContextCache
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.dynamic_tree import grow_tree
+from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
 
@@ -56,13 +57,8 @@ class DFlashOptions:
         if self.confidence_threshold > 0 and self.tree_top_k > 1:
             out.append("confidence_threshold applies to chain drafts (tree_top_k 1); a tree keeps its "
                        "tree_num_draft_tokens best nodes instead")
-        if not 1 <= self.num_speculative_tokens <= 63:
-            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
-        if not 1 <= self.tree_top_k <= 32:
-            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
-        if not 1 <= self.tree_num_draft_tokens <= 63:
-            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
-        return out
+        return out + draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens,
+                                          max_length=63)
 
 
 @register("dflash")

@@ -15,6 +15,7 @@ import torch
 
 from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
+from specdec.drafting.option_checks import out_of_range
 from specdec.drafting.registry import register
 from specdec.verification.probabilities import sample, sampling_probs
 
@@ -34,8 +35,7 @@ class DraftModelOptions:
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
-        if not 1 <= self.num_speculative_tokens <= 63:
-            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
+        out += out_of_range("num_speculative_tokens", self.num_speculative_tokens, 1, 63)
         if self.model.startswith(SELF_PREFIX) and not self.model[len(SELF_PREFIX) :].isdigit():
             out.append(f"a self-draft is 'self:N' with N the number of target layers, got {self.model!r}")
         return out

@@ -21,6 +21,7 @@ from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
+from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
@@ -48,13 +49,7 @@ class Eagle3Options:
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
-        if not 1 <= self.num_speculative_tokens <= 32:
-            out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
-        if not 1 <= self.tree_top_k <= 32:
-            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
-        if not 1 <= self.tree_num_draft_tokens <= 63:
-            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
-        return out
+        return out + draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens)
 
 
 PROMPT_CHUNK = 512  # pending positions the drafter reads per call when catching up (bounds its score matrix)

@@ -33,6 +33,7 @@ from specdec.drafting.medusa_model import (
     tree_from_accuracy,
     tree_parents,
 )
+from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
 from specdec.models.fast_linear import linear_float
@@ -57,15 +58,10 @@ class MedusaOptions:
     context_vocab: bool = True
 
     def problems(self) -> list[str]:
-        out = []
-        if not 1 <= self.num_speculative_tokens <= 32:
-            out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
-        if not 1 <= self.tree_num_draft_tokens <= 63:
-            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
+        out = draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens,
+                                   max_top_k=TOP_K)
         out += threshold_problems(self.confidence_threshold)
         if self.tree_top_k is not None:
-            if not 1 <= self.tree_top_k <= TOP_K:
-                out.append(f"tree_top_k must be in 1..{TOP_K}, got {self.tree_top_k}")
             if self.medusa_choices is not None:
                 out.append("tree_top_k grows a tree per step; medusa_choices fixes one: give one or the other")
         elif self.confidence_threshold > 0:

@@ -29,6 +29,7 @@ from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
 from specdec.drafting.mtp_tree import draft_trees
+from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
 from specdec.models.attention_mask import build_mask
@@ -186,13 +187,7 @@ class MTPOptions:
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold)
-        if not 1 <= self.num_speculative_tokens <= 32:
-            out.append(f"num_speculative_tokens must be in 1..32, got {self.num_speculative_tokens}")
-        if not 1 <= self.tree_top_k <= 32:
-            out.append(f"tree_top_k must be in 1..32, got {self.tree_top_k}")
-        if not 1 <= self.tree_num_draft_tokens <= 63:
-            out.append(f"tree_num_draft_tokens must be in 1..63, got {self.tree_num_draft_tokens}")
-        return out
+        return out + draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens)
 
 
 @register("mtp")

@@ -9,6 +9,7 @@ from typing import ClassVar
 import numpy as np
 
 from specdec.drafting.base import Draft, Proposer
+from specdec.drafting.option_checks import out_of_range
 from specdec.drafting.registry import register
 
 
@@ -25,9 +26,7 @@ class NgramOptions:
     auto_max_speculative_tokens: ClassVar[int] = 15
 
     def problems(self) -> list[str]:
-        out = []
-        if not 1 <= self.num_speculative_tokens <= 63:
-            out.append(f"num_speculative_tokens must be in 1..63, got {self.num_speculative_tokens}")
+        out = out_of_range("num_speculative_tokens", self.num_speculative_tokens, 1, 63)
         if self.prompt_lookup_min < 1:
             out.append(f"prompt_lookup_min must be >= 1, got {self.prompt_lookup_min}")
         if self.prompt_lookup_max < self.prompt_lookup_min:

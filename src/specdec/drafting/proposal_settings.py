@@ -13,6 +13,8 @@ draft-length policy keys, `speculative_config.py`): a config that sets no draft 
 `specdec_default_proposal_method_by_kernels` (ours) may name another default for a CPU kernel build, e.g.
 {"amx": "dynamic_tree"}: the best shape depends on what verification rows cost there. A bare config (the
 drafter alone) takes it; a config with keys of its own keeps `default_proposal_method`'s shape everywhere.
+It names an entry by `specdec_name` (ours, for two entries of one proposal type, e.g. Medusa's tree with
+"auto" and the same tree at a fixed depth) or else by `proposal_type`.
 
 The rule: keys the user gave win; every other key of the chosen entry is filled in. The chosen entry is the
 default one (for a bare config, this machine's kernels' one), unless the user fixed the draft's shape
@@ -34,6 +36,21 @@ SPECDEC_OPTIONS = "specdec_options"
 # speculators_config key of ours: {kernel build: proposal type} overriding default_proposal_method there
 DEFAULT_BY_KERNELS = "specdec_default_proposal_method_by_kernels"
 SHAPE_KEYS = ("tree_top_k", "medusa_choices")  # keys that decide whether the draft is a chain or which tree
+ENTRY_NAME = "specdec_name"  # an entry's own name (ours), where two share a proposal type
+
+
+def default_rank(entry: dict[str, Any], default: str | None) -> int:
+    """0 for the entry whose `specdec_name` is `default`, 1 for one of that proposal type, 2 for the rest:
+    the first entry of the lowest rank is the default one."""
+    if default is not None and entry.get(ENTRY_NAME) == default:
+        return 0
+    return 1 if entry.get("proposal_type") == default else 2
+
+
+def default_entry(entries: list[dict[str, Any]], default: str | None) -> dict[str, Any] | None:
+    """The entry `default` names (see default_rank), or None."""
+    ranked = sorted(entries, key=lambda e: default_rank(e, default))
+    return ranked[0] if ranked and default_rank(ranked[0], default) < 2 else None
 
 
 def entry_options(entry: dict[str, Any]) -> dict[str, Any]:
@@ -79,23 +96,27 @@ def read_drafter_config(model: Any, method: str) -> tuple[Path, dict[str, Any]] 
     return path, config
 
 
-def stored_entries(config: dict[str, Any], bare: bool = False) -> tuple[list[dict[str, Any]], str | None]:
-    """The stored entries and the default one's proposal type: for a `bare` config (the drafter alone, no
-    other key) the one for this machine's kernels (default_for_kernels), else `default_proposal_method`."""
+def stored_entries(config: dict[str, Any], bare: bool = False,
+                   quantization: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+    """The stored entries and the default one's name: for a `bare` config (the drafter alone, no other key)
+    the one for the kernels a target of `quantization` runs on here (default_for_kernels), else
+    `default_proposal_method`."""
     spec = config.get("speculators_config") or {}
     entries = [e for e in spec.get("proposal_methods") or [] if isinstance(e, dict)]
-    return entries, default_for_kernels(spec) if bare else spec.get("default_proposal_method")
+    return entries, default_for_kernels(spec, quantization) if bare else spec.get("default_proposal_method")
 
 
-def default_for_kernels(spec: dict[str, Any]) -> str | None:
-    """`default_proposal_method`, or the proposal type `DEFAULT_BY_KERNELS` names for the CPU kernels built
-    here (models/fast_linear.kernel_isa()). The best shape depends on what verification rows cost: where the
-    bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain, elsewhere the
-    chain wins. Only a bare config takes it: a config that sets a key of its own (a length, a threshold)
-    keeps meaning the same shape on every machine."""
+def default_for_kernels(spec: dict[str, Any], quantization: str | None = None) -> str | None:
+    """`default_proposal_method`, or the entry `DEFAULT_BY_KERNELS` names for the CPU kernels a bf16 target
+    runs on here (models/fast_linear.kernel_isa()). The best shape depends on what verification rows cost:
+    where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain,
+    elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
+    kernels' rows cost more (16 rows about twice one), and there the fixed trees of the AMX defaults lost to
+    the portable ones (docs/long-context-runs.md). Only a bare config takes it: a config that sets a key of
+    its own (a length, a threshold) keeps meaning the same shape on every machine."""
     default = spec.get("default_proposal_method")
     by_kernels = spec.get(DEFAULT_BY_KERNELS)
-    if not isinstance(by_kernels, dict) or not by_kernels:
+    if not isinstance(by_kernels, dict) or not by_kernels or quantization not in (None, "none"):
         return default
     from specdec.models import fast_linear
 
@@ -105,7 +126,7 @@ def default_for_kernels(spec: dict[str, Any]) -> str | None:
 def choose_entry(method: str, options_class: type, user: dict[str, Any],
                  entries: list[dict[str, Any]], default: str | None) -> dict[str, Any] | None:
     """The stored entry whose settings fill the user's config (see the module's rule), or None."""
-    ordered = sorted(entries, key=lambda e: e.get("proposal_type") != default)  # the default one first
+    ordered = sorted(entries, key=lambda e: default_rank(e, default))  # the default one first
     if not any(k in user for k in SHAPE_KEYS):
         return ordered[0] if ordered else None
     defaults = {f.name: f.default for f in dataclasses.fields(options_class)
@@ -120,7 +141,8 @@ def choose_entry(method: str, options_class: type, user: dict[str, Any],
 SCHEDULE_KEYS = ("num_speculative_tokens", "max_num_speculative_tokens", "num_speculative_tokens_by_batch_size")
 
 
-def stored_entry(method: str, options_class: type, user: dict[str, Any]) -> tuple[dict[str, Any] | None, Path | None]:
+def stored_entry(method: str, options_class: type, user: dict[str, Any],
+                 quantization: str | None = None) -> tuple[dict[str, Any] | None, Path | None]:
     """The stored entry that fills `user` (see the module's rule) and the config path of the drafter `user`
     names; (None, path) when no entry fits, (None, None) when `user` names no speculators drafter of `method`."""
     found = read_drafter_config(user.get("model"), method)
@@ -128,7 +150,7 @@ def stored_entry(method: str, options_class: type, user: dict[str, Any]) -> tupl
         return None, None
     path, config = found
     bare = not set(user) - {"model"}
-    return choose_entry(method, options_class, user, *stored_entries(config, bare)), path
+    return choose_entry(method, options_class, user, *stored_entries(config, bare, quantization)), path
 
 
 def stored_schedule(entry: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:

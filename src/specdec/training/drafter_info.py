@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from specdec.drafting.proposal_settings import entry_options, stored_entries
+from specdec.drafting.proposal_settings import ENTRY_NAME, default_entry, entry_options, stored_entries
 from specdec.drafting.shipped import resolve_drafter
 
 # (label, path in config.json): the shape figures a drafter of any method may carry
@@ -77,8 +77,9 @@ def drafter_info(name_or_path: str) -> dict[str, Any]:
         if value is not None and label not in sizes:
             sizes[label] = value
     entries, default = stored_entries(config, bare=True)  # what {"method": ..., "model": NAME} runs here
-    stored = [{"proposal_type": e.get("proposal_type"), "default": e.get("proposal_type") == default,
-               "settings": entry_options(e)} for e in entries]
+    chosen = default_entry(entries, default)
+    stored = [{"proposal_type": e.get("proposal_type"), **({"name": e[ENTRY_NAME]} if ENTRY_NAME in e else {}),
+               "default": e is chosen, "settings": entry_options(e)} for e in entries]
     effective = _effective_config(method, str(name_or_path))
     return {
         "drafter": str(name_or_path), "directory": str(directory), "method": method,
@@ -122,7 +123,8 @@ def print_info(info: dict[str, Any], console: Any) -> None:
     for col in ("proposal_type", "default", "speculative_config keys"):
         table.add_column(col)
     for e in info["proposal_methods"]:
-        table.add_row(str(e["proposal_type"]), "yes" if e["default"] else "", _settings_text(e["settings"]))
+        kind = str(e["proposal_type"]) + (f' ({e["name"]})' if "name" in e else "")
+        table.add_row(kind, "yes" if e["default"] else "", _settings_text(e["settings"]))
     console.print(table)
     effective = info["effective_config"]
     text = effective if isinstance(effective, str) else json.dumps(effective)
