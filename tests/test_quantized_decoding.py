@@ -215,3 +215,17 @@ def test_a_config_is_resolved_for_the_targets_quantization(quantized, monkeypatc
     prompts.write_text(json.dumps({"prompt": "the cat sat on the mat, the cat sat on the", "category": "x"}) + "\n")
     run_bench(prompts, speculative_config=[ngram], max_new_tokens=4, progress=False, loaded=target, warmup=0)
     assert seen[:2] == ["int8", "int8"]
+
+
+def test_a_hybrids_fallback_is_resolved_for_the_targets_quantization(quantized, monkeypatch):
+    from specdec import speculative_config
+    from specdec.drafting.hybrid import HybridOptions, HybridProposer
+
+    seen = []
+    real = speculative_config.stored_entry
+    monkeypatch.setattr(speculative_config, "stored_entry",
+                        lambda method, options, data, quantization=None: seen.append((method, quantization))
+                        or real(method, options, data, quantization))
+    HybridProposer(HybridOptions(fallback={"method": "ngram", "num_speculative_tokens": 2}),
+                   quantized("gemma_untied", "int4"))
+    assert seen == [("ngram", "int4")]

@@ -100,7 +100,9 @@ class HybridProposer(Proposer):
         if fallback is None:  # tests pass one in
             from specdec.speculative_config import SpeculativeConfig
 
-            config = SpeculativeConfig.from_dict(options.fallback)
+            # resolved for the target, as the hybrid's own config was (a bare fallback's stored default may
+            # depend on its quantization)
+            config = SpeculativeConfig.from_dict(options.fallback, getattr(target, "quantization", None))
             fallback = get_method(config.method)(config.options, target)
         self.fallback: Proposer = fallback
         self.target_layers = self.fallback.target_layers
