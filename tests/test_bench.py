@@ -384,3 +384,21 @@ def test_several_methods_in_one_run(zoo, tmp_path):
         assert run["overall"]["identical_fraction"] == 1.0
     # the same plain runs back every method
     assert report["runs"][0]["overall"]["baseline_seconds"] == report["runs"][1]["overall"]["baseline_seconds"]
+
+
+def test_auto_configs_report_what_their_policy_priced(zoo, tmp_path):
+    """An "auto" config's report carries its policy's state at the end (cost curve, target scale, drafting
+    cost), so that a run which drafted little can be told apart from one whose pricing went wrong."""
+    from specdec.bench.runner import run_bench
+
+    prompts = tmp_path / "p.jsonl"
+    prompts.write_text('{"prompt": "The quick brown fox"}\n')
+    configs = [{"method": "ngram", "num_speculative_tokens": "auto", "max_num_speculative_tokens": 4},
+               {"method": "ngram", "num_speculative_tokens": 3}]
+    report = run_bench(prompts, speculative_config=configs, loaded=zoo.load("llama"), max_new_tokens=8,
+                       warmup=0, progress=False)
+    auto, fixed = report["runs"]
+    policy = auto["draft_length_policy"]
+    assert policy["policy"] == "auto" and policy["max_num_speculative_tokens"] == 4
+    assert policy["cost_curve"]["rows"][0] == 1 and len(policy["cost_curve"]["ms"]) == len(policy["cost_curve"]["rows"])
+    assert "draft_length_policy" not in fixed

@@ -265,7 +265,7 @@ def test_auto_drafts_longer_for_a_lone_greedy_sequence_that_verifies_with_early_
 def test_measured_cost_curve_splits_off_the_head(zoo):
     from specdec.scheduling.cost_curve import measure_cost_curve
 
-    curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), repeats=1,
+    curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), min_passes=1, max_passes=2,
                                context=8, sequences=2)
     assert curve.head_ms is not None and len(curve.head_ms) == 3
     assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values
@@ -375,3 +375,53 @@ def test_the_llm_gives_auto_its_methods_continuation_prior(zoo, monkeypatch):
     assert LLM(loaded=target, speculative_config={"method": "draft_model", "model": "self:1",
                                                   "num_speculative_tokens": "auto"}
                ).draft_length_policy.continuation_prior is None
+
+
+class _Clock:
+    """A fake perf_counter that forwards advance: what a burst of load does to them is then exact."""
+
+    def __init__(self, burst: tuple[float, float], slowdown: float) -> None:
+        self.now, self.burst, self.slowdown, self.forwards = 0.0, burst, slowdown, 0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def forward(self, runtimes, calls) -> None:
+        self.forwards += 1
+        rows = sum(len(c.tokens) for c in calls)
+        ms = 20.0 + 0.5 * rows + (5.0 if calls[0].logit_rows is not None else 0.0) + 0.3 * (len(calls) - 1)
+        loaded = self.burst[0] <= self.now < self.burst[1]
+        self.now += ms / 1000 * (self.slowdown if loaded else 1.0)
+
+
+class _StubRuntime:
+    def reset(self, capacity: int) -> None: ...
+    def prefill(self, tokens) -> None: ...
+    def truncate(self, length: int) -> None: ...
+
+
+@pytest.mark.parametrize("burst", [(0.2, 0.9), (0.5, 1.4), (0.0, 1.2)])
+def test_cost_curve_measurement_sees_through_a_burst_of_load(monkeypatch, burst):
+    """A burst of load (here forwards 3x slower for 0.7-1.2 s) during the start-up measurement left the curve
+    at 3x for good, timed back to back; interleaved passes that run on until one improves nothing recover
+    the unloaded costs exactly."""
+    from specdec.scheduling import cost_curve
+
+    clock = _Clock(burst, 3.0)
+    monkeypatch.setattr(cost_curve.time, "perf_counter", clock)
+    monkeypatch.setattr(cost_curve, "forward_batch", clock.forward)
+    curve = cost_curve.measure_cost_curve(_StubRuntime, row_counts=(1, 2, 4, 8, 16), context=8, sequences=4)
+    assert curve.ms == pytest.approx([25.5, 26.0, 27.0, 29.0, 33.0])
+    assert curve.head_ms == pytest.approx([5.0] * 5)
+    assert curve.per_sequence_ms == pytest.approx(0.3)  # 4 one-row sequences: 0.3 ms each beyond 4 rows
+
+
+def test_cost_curve_measurement_stops_on_a_machine_loaded_throughout(monkeypatch):
+    from specdec.scheduling import cost_curve
+
+    clock = _Clock((0.0, 1e9), 3.0)
+    monkeypatch.setattr(cost_curve.time, "perf_counter", clock)
+    monkeypatch.setattr(cost_curve, "forward_batch", clock.forward)
+    curve = cost_curve.measure_cost_curve(_StubRuntime, row_counts=(1, 2), context=8, sequences=2)
+    assert curve.ms == pytest.approx([3 * 25.5, 3 * 26.0])
+    assert clock.forwards == 5 * (1 + cost_curve.MIN_PASSES)  # steady times: the fewest passes

@@ -173,6 +173,10 @@ def run_bench(
     for report, start, end in zip(reports, counted_from, counters()):
         if end:
             report["proposer_counters"] = {k: v - start.get(k, 0) for k, v in end.items()}
+    for report, spec in zip(reports, specs):
+        if spec.speculative_config is not None and spec.speculative_config.auto:
+            # what "auto" priced drafts with at the end: its cost curve, target scale and drafting cost
+            report["draft_length_policy"] = spec.draft_length_policy.describe()
     if not many:
         return reports[0]
     return {"runs": reports, "comparison": [comparison_row(r) for r in reports]}
