@@ -22,5 +22,11 @@ def test_the_config_follows_the_kernels(monkeypatch, isa: str | None) -> None:
     SpeculativeConfig.from_dict(config)  # a valid config
 
 
+def test_a_target_on_a_gpu_gets_the_portable_config(monkeypatch) -> None:
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    assert demo_config(DEFAULT_MODEL, "cuda") is DEFAULT_MODEL_CONFIG
+    assert demo_config(DEFAULT_MODEL, "cpu") is AMX_CONFIG
+
+
 def test_other_models_get_lookup_alone() -> None:
     assert demo_config("some/other-model") is NGRAM_CONFIG

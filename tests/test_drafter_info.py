@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from specdec.cli import main
 from specdec.drafting.shipped import ENV_VAR, shipped_drafters_dir
@@ -109,3 +110,22 @@ def test_unknown_name_lists_the_shipped_drafters(capsys):
     assert main(["drafter", "info", "no-such-drafter"]) == 2
     err = capsys.readouterr().err
     assert "drafter not found" in err and "gemma-3-270m-eagle3" in err
+
+
+def test_a_target_on_a_gpu_takes_the_portable_default(monkeypatch):
+    """The kernel build's default speaks of CPU rows: a bare config for a target on cuda takes
+    default_proposal_method (EAGLE-3's chain) even where this CPU has the AMX kernels (its tree); on the
+    CPU, or with the device left to the loader on a machine without cuda, the AMX entry."""
+    from specdec.speculative_config import SpeculativeConfig
+
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    bare = {"method": "eagle3", "model": "gemma-3-270m-eagle3"}
+    on_gpu = SpeculativeConfig.from_dict(bare, None, "cuda")
+    on_cpu = SpeculativeConfig.from_dict(bare, None, "cpu")
+    assert on_gpu.options.tree_top_k == 1 and on_gpu.options.num_speculative_tokens == 7
+    assert on_cpu.options.tree_top_k == 3 and on_cpu.options.num_speculative_tokens == 10
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert SpeculativeConfig.from_dict(bare).options.tree_top_k == 3
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert SpeculativeConfig.from_dict(bare).options.tree_top_k == 1
+    assert SpeculativeConfig.from_value(json.dumps(bare), None, "cuda:0").options.tree_top_k == 1

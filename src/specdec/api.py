@@ -88,7 +88,8 @@ class LLM:
     ) -> None:
         # a drafter's stored default for a bare config may depend on what the target's rows cost
         target_quantization = quantization if quantization is not None or loaded is None else loaded.quantization
-        speculative_config = SpeculativeConfig.from_value(speculative_config, target_quantization)
+        speculative_config = SpeculativeConfig.from_value(speculative_config, target_quantization,
+                                                          device if loaded is None else loaded.device)
         self.speculative_config = speculative_config
         # every argument is checked before the (slow) model load
         if max_model_len is not None:

@@ -34,11 +34,12 @@ def add_model_args(parser: argparse.ArgumentParser, speculative: bool = True) ->
     )
 
 
-def parse_speculative_config(text: str | None, quantization: str | None = None):
-    """--speculative-config for a target of `quantization` (a drafter's stored default may depend on it)."""
+def parse_speculative_config(text: str | None, quantization: str | None = None, device: str | None = None):
+    """--speculative-config for a target of `quantization` on `device` (None: cuda where available); a
+    drafter's stored default may depend on them."""
     from specdec.speculative_config import SpeculativeConfig
 
-    return None if text is None else SpeculativeConfig.from_json(text, "--speculative-config", quantization)
+    return None if text is None else SpeculativeConfig.from_json(text, "--speculative-config", quantization, device)
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
@@ -52,7 +53,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, max_tokens=args.max_tokens,
         seed=args.seed, stop=args.stop or [],
     )
-    config = parse_speculative_config(args.speculative_config, args.quantization)
+    config = parse_speculative_config(args.speculative_config, args.quantization, args.device)
     llm = LLM(model=args.model, speculative_config=config, dtype=args.dtype, device=args.device,
               quantization=args.quantization)
     printed = ""

@@ -31,13 +31,14 @@ AMX_CONFIG = {"method": "hybrid", "num_speculative_tokens": 15, "prompt_lookup_m
     "tree_num_draft_tokens": 15, "confidence_threshold": 0.1}}
 
 
-def demo_config(model: str) -> dict:
-    """The demo's speculative_config for `model` on this machine."""
+def demo_config(model: str, device: str | None = "cpu") -> dict:
+    """The demo's speculative_config for `model` on `device` of this machine (a GPU's rows: the portable one)."""
     if model != DEFAULT_MODEL:
         return NGRAM_CONFIG
+    from specdec.drafting.proposal_settings import runs_on_cpu
     from specdec.models import fast_linear
 
-    return AMX_CONFIG if fast_linear.kernel_isa() == "amx" else DEFAULT_MODEL_CONFIG
+    return AMX_CONFIG if fast_linear.kernel_isa() == "amx" and runs_on_cpu(device) else DEFAULT_MODEL_CONFIG
 
 
 def add_demo_parser(sub: argparse._SubParsersAction) -> None:
@@ -59,7 +60,7 @@ def run_demo(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 110)
     console.print(f"[bold]loading {args.model}[/bold] (the first run converts the GGUF file once, ~40 s)")
     plain = LLM(model=args.model)
-    config = demo_config(args.model)
+    config = demo_config(args.model, str(plain.model.device))
     spec = LLM(loaded=plain.model, speculative_config=config)
     params = SamplingParams(temperature=0.0, max_tokens=args.max_tokens)
     plain.generate(DEMO_PROMPTS[0], SamplingParams(temperature=0.0, max_tokens=8))  # warm-up

@@ -28,10 +28,13 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from specdec.drafting.proposal_settings import drafter_defaults, stored_entry, stored_schedule
 from specdec.drafting.registry import available_methods, get_method
+
+if TYPE_CHECKING:
+    import torch
 
 
 AUTO = "auto"
@@ -60,32 +63,35 @@ class SpeculativeConfig:
         return out
 
     @classmethod
-    def from_value(cls, value: Any, quantization: str | None = None) -> SpeculativeConfig | None:
+    def from_value(cls, value: Any, quantization: str | None = None,
+                   device: str | torch.device | None = None) -> SpeculativeConfig | None:
         """What `LLM(speculative_config=...)` takes: None (plain decoding), a SpeculativeConfig, a dict, or the
-        same JSON text as the CLI's --speculative-config. `quantization`: the target's (a drafter's stored
-        default may depend on it, proposal_settings.default_for_kernels)."""
+        same JSON text as the CLI's --speculative-config. `quantization` and `device`: the target's (None: cuda
+        where available); a drafter's stored default may depend on them (proposal_settings.default_for_kernels)."""
         if value is None or isinstance(value, SpeculativeConfig):
             return value
         if isinstance(value, str):
-            return cls.from_json(value, quantization=quantization)
+            return cls.from_json(value, quantization=quantization, device=device)
         if isinstance(value, Mapping):
-            return cls.from_dict(dict(value), quantization)
+            return cls.from_dict(dict(value), quantization, device)
         raise ValueError("speculative_config must be a dict, a JSON string or a SpeculativeConfig, "
                          f"got {type(value).__name__}")
 
     @classmethod
-    def from_json(cls, text: str, source: str = "speculative_config",
-                  quantization: str | None = None) -> SpeculativeConfig:
+    def from_json(cls, text: str, source: str = "speculative_config", quantization: str | None = None,
+                  device: str | torch.device | None = None) -> SpeculativeConfig:
         """`source` names the text in errors (the CLI passes its flag)."""
         try:
             data = json.loads(text)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{source} is not valid JSON: {exc}") from exc
-        return cls.from_dict(data, quantization)
+        return cls.from_dict(data, quantization, device)
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any], quantization: str | None = None) -> SpeculativeConfig:
-        """`quantization`: the target's; a drafter's stored default for a bare config may depend on it."""
+    def from_dict(cls, data: dict[str, Any], quantization: str | None = None,
+                  device: str | torch.device | None = None) -> SpeculativeConfig:
+        """`quantization` and `device`: the target's (None: cuda where available); a drafter's stored default
+        for a bare config may depend on them."""
         if not isinstance(data, dict):
             raise ValueError(f"speculative_config must be a JSON object, got {type(data).__name__}")
         data = dict(data)
@@ -99,7 +105,7 @@ class SpeculativeConfig:
             if method == "ngram":
                 data.pop("model")
         proposer = get_method(method)
-        entry, source = stored_entry(method, proposer.Options, data, quantization)  # the drafter's config, read once
+        entry, source = stored_entry(method, proposer.Options, data, quantization, device)  # the drafter's config, read once
         data = {**stored_schedule(entry, data), **data}  # a drafter that stores "auto"
         auto, by_batch_size = _schedule(data, proposer.Options)
         stored = drafter_defaults(method, proposer.Options, data, entry, source)

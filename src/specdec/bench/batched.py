@@ -108,8 +108,8 @@ def run_batch_bench(
 
     if not batch_sizes or any(b < 1 for b in batch_sizes):
         raise ValueError(f"--batch-size needs positive sizes, got {list(batch_sizes)}")
-    target_quantization = loaded.quantization if loaded is not None else quantization
-    configs = [SpeculativeConfig.from_dict(c, target_quantization) if isinstance(c, dict) else c
+    target = (loaded.quantization, loaded.device) if loaded is not None else (quantization, device)
+    configs = [SpeculativeConfig.from_dict(c, *target) if isinstance(c, dict) else c
                for c in speculative_config]
     questions = load_questions(prompts, limit=limit, categories=categories, per_category=per_category)
     loaded = loaded or load_model(model, dtype=dtype, device=device, quantization=quantization)

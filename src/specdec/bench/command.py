@@ -118,9 +118,9 @@ def cmd_bench(args: argparse.Namespace) -> int:
     several = text is not None and text.lstrip().startswith("[")  # several methods in one run
     # resolved for the (first) target; checked here either way, before any model loads
     if several:
-        config = [parse_speculative_config(json.dumps(c), quantizations[0]) for c in json.loads(text)]
+        config = [parse_speculative_config(json.dumps(c), quantizations[0], args.device) for c in json.loads(text)]
     else:
-        config = parse_speculative_config(text, quantizations[0])
+        config = parse_speculative_config(text, quantizations[0], args.device)
     if len(quantizations) > 1 and text is not None:  # each target resolves the dicts for itself (run_bench)
         config = json.loads(text)
     categories = [c.strip() for c in args.categories.split(",") if c.strip()] if args.categories else None

@@ -108,8 +108,9 @@ def run_bench(
     if many and len(speculative_config) == 1 and (include_transformers or include_llama_cpp):
         many, speculative_config = False, speculative_config[0]  # a list of one is that config
     configs = [
-        # a dict is resolved for this target: a drafter's stored default may depend on its quantization
-        SpeculativeConfig.from_dict(c, loaded.quantization if loaded is not None else quantization)
+        # a dict is resolved for this target: a drafter's stored default may depend on its quantization and device
+        SpeculativeConfig.from_dict(c, *((loaded.quantization, loaded.device) if loaded is not None
+                                         else (quantization, device)))
         if isinstance(c, dict) else c
         for c in (speculative_config if many else [speculative_config])
     ]

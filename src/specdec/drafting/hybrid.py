@@ -101,8 +101,9 @@ class HybridProposer(Proposer):
             from specdec.speculative_config import SpeculativeConfig
 
             # resolved for the target, as the hybrid's own config was (a bare fallback's stored default may
-            # depend on its quantization)
-            config = SpeculativeConfig.from_dict(options.fallback, getattr(target, "quantization", None))
+            # depend on its quantization and device)
+            config = SpeculativeConfig.from_dict(options.fallback, getattr(target, "quantization", None),
+                                                 getattr(target, "device", None))
             fallback = get_method(config.method)(config.options, target)
         self.fallback: Proposer = fallback
         self.target_layers = self.fallback.target_layers

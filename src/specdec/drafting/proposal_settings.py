@@ -30,6 +30,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from specdec.drafting.shipped import DrafterNotFound, resolve_drafter
 
 SPECDEC_OPTIONS = "specdec_options"
@@ -96,27 +98,38 @@ def read_drafter_config(model: Any, method: str) -> tuple[Path, dict[str, Any]] 
     return path, config
 
 
-def stored_entries(config: dict[str, Any], bare: bool = False,
-                   quantization: str | None = None) -> tuple[list[dict[str, Any]], str | None]:
+def stored_entries(config: dict[str, Any], bare: bool = False, quantization: str | None = None,
+                   device: str | torch.device | None = None) -> tuple[list[dict[str, Any]], str | None]:
     """The stored entries and the default one's name: for a `bare` config (the drafter alone, no other key)
-    the one for the kernels a target of `quantization` runs on here (default_for_kernels), else
+    the one for the kernels a target of `quantization` on `device` runs on here (default_for_kernels), else
     `default_proposal_method`."""
     spec = config.get("speculators_config") or {}
     entries = [e for e in spec.get("proposal_methods") or [] if isinstance(e, dict)]
-    return entries, default_for_kernels(spec, quantization) if bare else spec.get("default_proposal_method")
+    default = default_for_kernels(spec, quantization, device) if bare else spec.get("default_proposal_method")
+    return entries, default
 
 
-def default_for_kernels(spec: dict[str, Any], quantization: str | None = None) -> str | None:
+def runs_on_cpu(device: str | torch.device | None) -> bool:
+    """Whether a target loaded for `device` runs on the CPU (None: cuda where available, as load_model)."""
+    if device is None:
+        return not torch.cuda.is_available()
+    return torch.device(device).type == "cpu"
+
+
+def default_for_kernels(spec: dict[str, Any], quantization: str | None = None,
+                        device: str | torch.device | None = None) -> str | None:
     """`default_proposal_method`, or the entry `DEFAULT_BY_KERNELS` names for the CPU kernels a bf16 target
-    runs on here (models/fast_linear.kernel_isa()). The best shape depends on what verification rows cost:
-    where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain,
+    on the CPU runs on here (models/fast_linear.kernel_isa()); a target on a GPU takes
+    `default_proposal_method` (the CPU's kernels say nothing of its rows' cost). The best shape depends on
+    what verification rows cost: where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain,
     elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
     kernels' rows cost more (16 rows about twice one), and there the fixed trees of the AMX defaults lost to
     the portable ones (docs/long-context-runs.md). Only a bare config takes it: a config that sets a key of
     its own (a length, a threshold) keeps meaning the same shape on every machine."""
     default = spec.get("default_proposal_method")
     by_kernels = spec.get(DEFAULT_BY_KERNELS)
-    if not isinstance(by_kernels, dict) or not by_kernels or quantization not in (None, "none"):
+    if (not isinstance(by_kernels, dict) or not by_kernels or quantization not in (None, "none")
+            or not runs_on_cpu(device)):
         return default
     from specdec.models import fast_linear
 
@@ -141,8 +154,8 @@ def choose_entry(method: str, options_class: type, user: dict[str, Any],
 SCHEDULE_KEYS = ("num_speculative_tokens", "max_num_speculative_tokens", "num_speculative_tokens_by_batch_size")
 
 
-def stored_entry(method: str, options_class: type, user: dict[str, Any],
-                 quantization: str | None = None) -> tuple[dict[str, Any] | None, Path | None]:
+def stored_entry(method: str, options_class: type, user: dict[str, Any], quantization: str | None = None,
+                 device: str | torch.device | None = None) -> tuple[dict[str, Any] | None, Path | None]:
     """The stored entry that fills `user` (see the module's rule) and the config path of the drafter `user`
     names; (None, path) when no entry fits, (None, None) when `user` names no speculators drafter of `method`."""
     found = read_drafter_config(user.get("model"), method)
@@ -150,7 +163,7 @@ def stored_entry(method: str, options_class: type, user: dict[str, Any],
         return None, None
     path, config = found
     bare = not set(user) - {"model"}
-    return choose_entry(method, options_class, user, *stored_entries(config, bare, quantization)), path
+    return choose_entry(method, options_class, user, *stored_entries(config, bare, quantization, device)), path
 
 
 def stored_schedule(entry: dict[str, Any] | None, user: dict[str, Any]) -> dict[str, Any]:

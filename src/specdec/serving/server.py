@@ -115,7 +115,7 @@ def build_state(args: argparse.Namespace):
     from specdec.serving.tokenizer_pool import TokenizerPool, max_prompt_chars
 
     _check_args(args)
-    config = parse_speculative_config(args.speculative_config, args.quantization)
+    config = parse_speculative_config(args.speculative_config, args.quantization, args.device)
     from specdec.scheduling.scheduler import DEFAULT_MAX_NUM_BATCHED_TOKENS
 
     batched_tokens = (DEFAULT_MAX_NUM_BATCHED_TOKENS if args.max_num_batched_tokens is None  # not the offline 2048
