@@ -206,15 +206,15 @@ def test_a_config_is_resolved_for_the_targets_quantization(quantized, monkeypatc
     seen = []
     real = speculative_config.stored_entry
     monkeypatch.setattr(speculative_config, "stored_entry",
-                        lambda method, options, data, quantization=None: seen.append(quantization)
-                        or real(method, options, data, quantization))
+                        lambda method, options, data, quantization=None, device=None:
+                        seen.append((quantization, str(device))) or real(method, options, data, quantization, device))
     target = quantized("gemma_untied", "int8")
     ngram = {"method": "ngram", "num_speculative_tokens": 3}
     LLM(loaded=target, speculative_config=ngram)
     prompts = tmp_path / "prompts.jsonl"
     prompts.write_text(json.dumps({"prompt": "the cat sat on the mat, the cat sat on the", "category": "x"}) + "\n")
     run_bench(prompts, speculative_config=[ngram], max_new_tokens=4, progress=False, loaded=target, warmup=0)
-    assert seen[:2] == ["int8", "int8"]
+    assert seen[:2] == [("int8", "cpu"), ("int8", "cpu")]  # and the device: a GPU target takes the portable default
 
 
 def test_a_hybrids_fallback_is_resolved_for_the_targets_quantization(quantized, monkeypatch):
@@ -224,8 +224,8 @@ def test_a_hybrids_fallback_is_resolved_for_the_targets_quantization(quantized, 
     seen = []
     real = speculative_config.stored_entry
     monkeypatch.setattr(speculative_config, "stored_entry",
-                        lambda method, options, data, quantization=None: seen.append((method, quantization))
-                        or real(method, options, data, quantization))
+                        lambda method, options, data, quantization=None, device=None:
+                        seen.append((method, quantization, str(device))) or real(method, options, data, quantization, device))
     HybridProposer(HybridOptions(fallback={"method": "ngram", "num_speculative_tokens": 2}),
                    quantized("gemma_untied", "int4"))
-    assert seen == [("ngram", "int4")]
+    assert seen == [("ngram", "int4", "cpu")]
