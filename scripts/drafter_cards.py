@@ -45,7 +45,10 @@ COMMANDS = {
                   "2048 --lr 4e-4 --warmup-steps 20 --checkpoint-every 25 --threads 1 --max-seq-len 1280 "
                   "--feature-cache data/fc-a --cache-budget-gb 10` (`out/b8-snap`: the B=8 run's checkpoint at step "
                   "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
-    "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19 --output out/train/dflash-b8-long2 --init-from out/train/dflash-b8-long1 --max-steps 1600 --tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 16",
+    "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19 "
+                 "--output out/train/dflash-b8-long2 --init-from out/train/dflash-b8-long1 --max-steps 1600 "
+                 "--tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 "
+                 "--max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 16",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): <drafter>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage

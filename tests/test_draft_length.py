@@ -265,8 +265,8 @@ def test_auto_drafts_longer_for_a_lone_greedy_sequence_that_verifies_with_early_
 def test_measured_cost_curve_splits_off_the_head(zoo):
     from specdec.scheduling.cost_curve import measure_cost_curve
 
-    curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), min_passes=1, max_passes=2,
-                               context=8, sequences=2)
+    curve = measure_cost_curve(zoo.load("llama").new_runtime, capacity=64, row_counts=(1, 2, 4), min_passes=1,
+                               max_passes=2, context=8, sequences=2)
     assert curve.head_ms is not None and len(curve.head_ms) == 3
     assert min(curve.head_ms) >= 0.0 and curve.head_ms == sorted(curve.head_ms)  # timings: no bound on values
 

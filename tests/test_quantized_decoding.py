@@ -225,7 +225,8 @@ def test_a_hybrids_fallback_is_resolved_for_the_targets_quantization(quantized, 
     real = speculative_config.stored_entry
     monkeypatch.setattr(speculative_config, "stored_entry",
                         lambda method, options, data, quantization=None, device=None:
-                        seen.append((method, quantization, str(device))) or real(method, options, data, quantization, device))
+                        seen.append((method, quantization, str(device)))
+                        or real(method, options, data, quantization, device))
     HybridProposer(HybridOptions(fallback={"method": "ngram", "num_speculative_tokens": 2}),
                    quantized("gemma_untied", "int4"))
     assert seen == [("ngram", "int4", "cpu")]

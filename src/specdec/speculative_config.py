@@ -105,7 +105,8 @@ class SpeculativeConfig:
             if method == "ngram":
                 data.pop("model")
         proposer = get_method(method)
-        entry, source = stored_entry(method, proposer.Options, data, quantization, device)  # the drafter's config, read once
+        # the drafter's config, read once
+        entry, source = stored_entry(method, proposer.Options, data, quantization, device)
         data = {**stored_schedule(entry, data), **data}  # a drafter that stores "auto"
         auto, by_batch_size = _schedule(data, proposer.Options)
         stored = drafter_defaults(method, proposer.Options, data, entry, source)

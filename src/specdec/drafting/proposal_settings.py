@@ -121,8 +121,8 @@ def default_for_kernels(spec: dict[str, Any], quantization: str | None = None,
     """`default_proposal_method`, or the entry `DEFAULT_BY_KERNELS` names for the CPU kernels a bf16 target
     on the CPU runs on here (models/fast_linear.kernel_isa()); a target on a GPU takes
     `default_proposal_method` (the CPU's kernels say nothing of its rows' cost). The best shape depends on
-    what verification rows cost: where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's tree beats its chain,
-    elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
+    what verification rows cost: where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's
+    tree beats its chain, elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
     kernels' rows cost more (16 rows about twice one), and there the fixed trees of the AMX defaults lost to
     the portable ones (docs/long-context-runs.md). Only a bare config takes it: a config that sets a key of
     its own (a length, a threshold) keeps meaning the same shape on every machine."""
