@@ -17,7 +17,8 @@ PROMPTS = [
 GREEDY = SamplingParams(temperature=0, max_tokens=40)
 
 
-@pytest.mark.parametrize("mode", ["gguf"])  # int4 and int8 run the same kernels (tests on tiny models)
+# int4 and int8 run the kernels of the GGUF's formats (tests on tiny models); w8a8_int8 its own kernel
+@pytest.mark.parametrize("mode", ["gguf", "w8a8_int8"])
 def test_speculative_equals_plain_on_the_quantized_default_model(mode):
     plain = LLM(quantization=mode)
     decoder = plain.model.decoder

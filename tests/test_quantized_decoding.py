@@ -72,7 +72,7 @@ def _configs(target, tmp_path) -> dict[str, dict]:
     }
 
 
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8_int8"])
 @pytest.mark.parametrize("method", ["ngram", "self_draft", "eagle3_chain", "eagle3_tree", "medusa", "mtp", "dflash",
                                     "hybrid"])
 def test_greedy_equals_plain_decoding_of_the_quantized_model(quantized, tmp_path, mode, method, monkeypatch):
@@ -99,7 +99,7 @@ def test_self_draft_of_all_layers_accepts_everything(quantized):
     assert spec.stats.acceptance_rate > 0.95
 
 
-@pytest.mark.parametrize("mode", ["int8", "int4"])
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8_int8"])
 def test_batched_generation_equals_one_sequence_at_a_time(quantized, mode):
     target = quantized("llama", mode)
     config = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_min": 1}
@@ -109,11 +109,12 @@ def test_batched_generation_equals_one_sequence_at_a_time(quantized, mode):
         assert out.outputs[0].token_ids == alone.generate(prompt, greedy())[0].outputs[0].token_ids
 
 
-@pytest.mark.parametrize("method", ["plain", "ngram", "draft_model"])
-def test_sampling_keeps_the_quantized_targets_distribution(zoo, quantized, method):
+@pytest.mark.parametrize("method, mode", [("plain", "int4"), ("ngram", "int4"), ("draft_model", "int4"),
+                                          ("ngram", "w8a8_int8")])
+def test_sampling_keeps_the_quantized_targets_distribution(zoo, quantized, method, mode):
     """The first two sampled tokens follow the quantized target's exact joint distribution (the second is
     drafted and verified)."""
-    target = quantized("small_vocab", "int4")
+    target = quantized("small_vocab", mode)
     prompt = [1, 4, 7, 10, 2, 5, 8, 11, 3, 6, 9, 0]
     vocab = target.vocab_size
     runtime = target.new_runtime()
@@ -147,7 +148,7 @@ def test_bad_quantization_values_are_clear_errors(zoo):
 
 
 @pytest.mark.parametrize("name", ["gemma_untied", "llama", "mistral", "qwen3", "qwen2_sliding"])
-@pytest.mark.parametrize("mode", ["int8", "int4", None])
+@pytest.mark.parametrize("mode", ["int8", "int4", "w8a8_int8", None])
 def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch, name, mode):
     """A layer whose linears are quantized, or bfloat16 packed for the AMX kernels (mode None), runs in one
     C++ call (kernels/avx2_decoder_layer.cpp); the Python steps it replaces give the same logits: a prefill,

@@ -268,7 +268,7 @@ def test_the_amx_build_runs_whole_row_tiles_on_amx():
 
 
 def test_the_best_build_is_chosen_from_the_cpu_flags(monkeypatch):
-    vnni = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"}
+    vnni = {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"}
     monkeypatch.delenv("SPECDEC_NO_VNNI", raising=False)
     monkeypatch.delenv("SPECDEC_NO_AMX", raising=False)
     monkeypatch.setattr(fast_linear, "_cpu_flags", lambda: vnni | {"amx_tile", "amx_int8"})

@@ -10,13 +10,14 @@ from tqdm import tqdm
 from specdec.models.decoder import Decoder
 from specdec.quantization.gguf_weights import LAYER_TENSORS, GGUFTensors, check_matches
 from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
-from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
+from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8, quantize_w8a8
 
 logger = logging.getLogger(__name__)
 
-# vLLM's `quantization` key and values where they exist ("gguf": the file's own quantized tensors)
-MODES = ("int8", "int4", "gguf")
-_QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4}
+# vLLM's `quantization` key and values where they exist ("gguf": the file's own quantized tensors;
+# "w8a8_int8": SGLang's name for int8 weights with int8 activations quantized per token)
+MODES = ("int8", "int4", "w8a8_int8", "gguf")
+_QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4, "w8a8_int8": quantize_w8a8}
 
 
 def check_mode(mode: str | None) -> str | None:
@@ -32,7 +33,7 @@ def _from_dense(weight: torch.Tensor, mode: str) -> QuantizedWeight:
 def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) -> Decoder:
     """Every layer's qkv, o, gate_up and down, and the LM head, quantized in place.
 
-    "int8" / "int4" quantize the loaded weights; "gguf" takes the file's own quantized tensors (the
+    "int8" / "int4" / "w8a8_int8" quantize the loaded weights; "gguf" takes the file's own quantized tensors (the
     model must be a GGUF file), checked against the loaded weights so that a wrong mapping cannot pass.
     The embedding lookup keeps the dense rows (it reads a few rows, not the matrix)."""
     check_mode(mode)

@@ -22,7 +22,7 @@ from typing import Any
 from specdec.models import fast_linear
 
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
-_VNNI_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512_vnni"})
+_VNNI_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"})
 # ISA -> (extension name, source, CPU flags it needs, tile width in columns, extra compiler flags); the AVX512
 # sources enable their own ISAs (target pragmas), so all compile with AVX2's flags
 QUANT_BUILDS: dict[str, tuple[str, str, frozenset[str], int, tuple[str, ...]]] = {

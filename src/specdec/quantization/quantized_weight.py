@@ -25,7 +25,7 @@ def _tiled_quants(q: torch.Tensor, kind: str, width: int) -> torch.Tensor:
         fifth = (_tiled_quants(u >> 4, "s8", width).to(torch.int16) << torch.arange(8).view(1, 1, 8, 1, 1)).sum(2)
         return torch.cat([_tiled_quants(u & 15, "u4", width), fifth.to(torch.uint8).unsqueeze(2)], dim=2)
     g = q.reshape(n // width, width, blocks, 8, 4).permute(0, 2, 3, 1, 4)  # [tiles, blocks, group, column, 4]
-    if kind == "s8":
+    if kind in ("s8", "s8r"):
         return g.contiguous()
     return (g[:, :, :4] | (g[:, :, 4:] << 4)).to(torch.uint8).contiguous()
 
@@ -59,8 +59,8 @@ def per_column_scales(blocks: BlockWeights) -> bool:
     """Whether s8 blocks without sub-scales have one scale per column (int8 per output channel): the kernels
     then read it once per column instead of once a block."""
     s = blocks.scales
-    return (blocks.kind == "s8" and blocks.sub_scales is None and s.dim() == 2 and s.shape[1] > 1
-            and bool((s == s[:, :1]).all()))
+    return (blocks.kind in ("s8", "s8r") and blocks.sub_scales is None and s.dim() == 2
+            and (s.shape[1] > 1 or blocks.kind == "s8r") and bool((s == s[:, :1]).all()))
 
 
 def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: bool = False,
@@ -109,9 +109,19 @@ class QuantizedWeight:
         # int8 per output channel stores its scale once per column (6% of its bytes fewer)
         kernel = quant_kernel_isa() is not None
         s5 = kernel and fits_s5(blocks)
-        self._kind_id = 2 if s5 else 0 if self.kind == "s8" else 1  # the kernels' `kind`
+        self._kind_id = 2 if s5 else 3 if self.kind == "s8r" else 0 if self.kind == "s8" else 1  # the kernels' `kind`
         self._tiles = pack_tiles(blocks, self._width, kernel and halves_exact(blocks), s5,
                                  kernel and not s5 and per_column_scales(blocks))
+
+    def _kernel(self, x: torch.Tensor) -> object | None:
+        """The compiled module for this weight and x, or None (then reference_linear): x on the CPU, and a
+        build that has this kind (s8r, the row-activation int8 of w8a8_int8, is in the AVX512 builds only)."""
+        if x.device.type != "cpu":
+            return None
+        module = quant_kernel()
+        if module is not None and self.kind == "s8r" and not hasattr(module, "quant_linear_rows_kind"):
+            return None
+        return module
 
     @property
     def shape(self) -> torch.Size:
@@ -133,7 +143,7 @@ class QuantizedWeight:
         """linear_float(x).to(dtype), with the same bits. The decoder's path: on the CPU one kernel call that
         rounds to bfloat16 as it stores (a decode step makes ~70 of these calls, and each torch op or Python
         layer around them cost more than a tenth of a one-row step's time)."""
-        kernel = quant_kernel() if x.device.type == "cpu" and dtype in (torch.bfloat16, torch.float32) else None
+        kernel = self._kernel(x) if dtype in (torch.bfloat16, torch.float32) else None
         if kernel is None:
             return self.linear_float(x).to(dtype)
         y = kernel.quant_linear(x, *self._tiles, self._kind_id, dtype == torch.bfloat16)
@@ -142,7 +152,7 @@ class QuantizedWeight:
     def greedy_rows(self, x: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.linear_float(x)) [M] int64 without the float32 values, where the kernel has it
         (one pass that keeps each row's best column: the LM head's logits are 1 MB a row); else None."""
-        kernel = quant_kernel() if x.device.type == "cpu" and x.dim() == 2 else None
+        kernel = self._kernel(x) if x.dim() == 2 else None
         if kernel is None or not hasattr(kernel, "quant_linear_argmax") or self.out_features == 0:
             return None
         return kernel.quant_linear_argmax(x, *self._tiles, self._kind_id, self.out_features)
@@ -152,7 +162,7 @@ class QuantizedWeight:
         linear_columns(x, columns) and the value there, without the float32 values of the other columns, in
         one kernel pass over the tiles covering them; None where the kernel lacks it or `columns` starts
         inside a tile (then score the columns)."""
-        kernel = quant_kernel() if x.device.type == "cpu" and x.dim() == 2 else None
+        kernel = self._kernel(x) if x.dim() == 2 else None
         if kernel is None or not hasattr(kernel, "quant_linear_max") or columns.step not in (None, 1):
             return None
         start, stop, _ = columns.indices(self.out_features)
@@ -170,7 +180,7 @@ class QuantizedWeight:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
         them, and that function's address (0 without a build here) for a C++ caller such as
         decoder.DecoderLayer's one-call layer."""
-        module = quant_kernel()
+        module = self._kernel(torch.empty(0))
         address = int(module.quant_linear_address()) if hasattr(module, "quant_linear_address") else 0
         return self._tiles, self._kind_id, address
 
@@ -182,7 +192,7 @@ class QuantizedWeight:
     def linear_columns(self, x: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
         """linear_float(x)[:, columns], computing (about) only those columns, with the same bits: a range
         runs in the kernel over the tiles covering it, token ids (a few) in the reference."""
-        kernel = quant_kernel() if x.device.type == "cpu" else None
+        kernel = self._kernel(x)
         if kernel is None or not isinstance(columns, slice) or columns.step not in (None, 1):
             return reference_linear(x.cpu(), self.column_blocks(columns)).to(x.device)
         start, stop, _ = columns.indices(self.out_features)

@@ -6,6 +6,10 @@ the kernels: all give the same bits. Integer dot products are exact in any order
 fixed chain per output element, block after block, with no fused multiply-add:
     s8: y = y + float(isum) * (s * dx)
     u4: y = y + (float(isum) * (s * dx) - m * (dx * float(bsum)))
+except kind "s8r" (W8A8: `w8a8_int8`), whose activations are quantized once per row and whose weights have
+one scale per column: its integer sum runs over the whole row, then one product per output element,
+    s8r: y = float(isum) * (s * dx)
+so that the AMX tiles accumulate a row's products in int32 without a float chain per block.
 """
 
 from __future__ import annotations
@@ -28,16 +32,18 @@ class QuantizedActivations:
     sx: torch.Tensor  # [M, blocks]
 
 
-def quantize_activations(x: torch.Tensor) -> QuantizedActivations:
+def quantize_activations(x: torch.Tensor, per_row: bool = False) -> QuantizedActivations:
+    """Per block of 32, or with `per_row` one scale for the whole row (dx and sx then [M, 1])."""
     m, k = x.shape
     if k % BLOCK:
         raise ValueError(f"K must be a multiple of {BLOCK}, got {k}")
-    xb = x.float().reshape(m, k // BLOCK, BLOCK)
+    xb = x.float().reshape(m, 1 if per_row else k // BLOCK, k if per_row else BLOCK)
     amax = xb.abs().amax(-1)
     dx = amax / 127.0
     inv = torch.where(dx > 0, 1.0 / dx, torch.zeros_like(dx))
     q = torch.round(xb * inv[..., None])  # round half to even, as the kernel's nearbyint
-    return QuantizedActivations(q, dx, dx * q.sum(-1))
+    q = q.reshape(m, k // BLOCK, BLOCK)
+    return QuantizedActivations(q, dx, dx * q.sum((-2, -1))[:, None] if per_row else dx * q.sum(-1))
 
 
 @dataclass
@@ -45,7 +51,8 @@ class BlockWeights:
     """Weights per column and block of 32, untiled: the layout the reference computes on.
 
     kind "s8": w = s * q (times the sub-scale of q's half of the block, when there are sub-scales);
-    kind "u4": w = s * q - m, q in 0..15.
+    kind "u4": w = s * q - m, q in 0..15;
+    kind "s8r": w = s * q with one s per column (repeated per block here), activations per row.
     """
 
     kind: str
@@ -79,13 +86,17 @@ def _integer_dots(a: QuantizedActivations, w: BlockWeights) -> torch.Tensor:
 
 def reference_linear(x: torch.Tensor, w: BlockWeights) -> torch.Tensor:
     """x [M, K] @ dequant(w).T as float32 [M, N], bit-identical to the kernel."""
-    a = quantize_activations(x)
+    a = quantize_activations(x, per_row=w.kind == "s8r")
     n = w.q.shape[0]
     out = []
     for lo in range(0, n, _COLUMNS_PER_CHUNK):
         part = BlockWeights(w.kind, w.q[lo : lo + _COLUMNS_PER_CHUNK], w.scales[lo : lo + _COLUMNS_PER_CHUNK],
                             None if w.mins is None else w.mins[lo : lo + _COLUMNS_PER_CHUNK],
                             None if w.sub_scales is None else w.sub_scales[lo : lo + _COLUMNS_PER_CHUNK])
+        if w.kind == "s8r":  # one exact sum over the row (float64 holds it), one rounding to float32
+            t = part.scales[None, :, 0] * a.dx
+            out.append(_integer_dots(a, part).sum(-1).float() * t)
+            continue
         isum = _integer_dots(a, part).float()
         y = torch.zeros(x.shape[0], part.q.shape[0], dtype=torch.float32)
         for b in range(isum.shape[-1]):

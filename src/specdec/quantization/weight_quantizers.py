@@ -34,6 +34,21 @@ def quantize_int8(weight: torch.Tensor) -> BlockWeights:
     return BlockWeights("s8", q, scale[:, None].expand(-1, w.shape[1]).contiguous())
 
 
+# the kernels' int32 sums over a whole row: |sum of (q + 128) * qx| <= 383 * 127 * K stays below 2^31
+MAX_W8A8_IN_FEATURES = 32768
+
+
+def quantize_w8a8(weight: torch.Tensor) -> BlockWeights:
+    """quantize_int8's weights for W8A8 (SGLang's `w8a8_int8`, vLLM's int8 W8A8 with dynamic per-token
+    activations): the same quants and per-channel scales, with activations quantized once per row, so each
+    output is one integer sum over the row and one float product (reference.py, kind "s8r")."""
+    if weight.shape[1] > MAX_W8A8_IN_FEATURES:
+        raise ValueError(f"w8a8_int8 sums a row in int32: in_features at most {MAX_W8A8_IN_FEATURES}, "
+                         f"got {weight.shape[1]}")
+    b = quantize_int8(weight)
+    return BlockWeights("s8r", b.q, b.scales)
+
+
 _ROWS_PER_CHUNK = 4096  # rows quantized at a time: the temporaries stay in cache (the LM head has 262144)
 
 

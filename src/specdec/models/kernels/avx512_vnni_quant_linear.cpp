@@ -57,6 +57,7 @@
 #ifdef SPECDEC_AMX_INT8
 #include "amx_int8_quant_tiles.h"
 #endif
+#include "avx512_w8a8_rows.h"
 
 int64_t amx_tile_rows(int64_t m_size, int64_t kind);
 
@@ -261,6 +262,15 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
   if (m_size == 0 || quants.size(0) == 0) return;
+  if (kind == 3) {  // s8r (w8a8_int8): x per row, one int32 sum per output (avx512_w8a8_rows.h)
+    static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
+    const float* xp = specdec_quant::float_rows(x, xf);
+    if (scales.scalar_type() == at::kHalf)
+      specdec_w8a8::run_rows(xp, m_size, k_size, static_cast<const uint16_t*>(scales.data_ptr()), quants, y);
+    else
+      specdec_w8a8::run_rows(xp, m_size, k_size, scales.data_ptr<float>(), quants, y);
+    return;
+  }
   // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
   std::vector<float> xf;
   std::vector<int8_t> q(blocks * m_size * kBlock);
@@ -295,7 +305,8 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
 // out_bf16 bfloat16.
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
-// kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5). Scales float32, or float16 values.
+// kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5); kind 3 (s8r): kind 0's quants with one
+// scale per column, x quantized per row (avx512_w8a8_rows.h). Scales float32, or float16 values.
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
   return specdec_quant::linear_values(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, out_bf16);
@@ -324,6 +335,7 @@ int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear)
 // withholds the tile state): the tests check that the AMX build's split does reach AMX.
 int64_t amx_tile_rows(int64_t m_size, int64_t kind) {
 #ifdef SPECDEC_AMX_INT8
+  if (kind == 3) return specdec_amx::amx_permitted() ? m_size : 0;  // every row, where K is a multiple of 64
   return specdec_quant512::amx_rows(m_size, kind) ? m_size / 16 * 16 : 0;
 #else
   return 0;
@@ -334,6 +346,7 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_tile_rows", &amx_tile_rows, "rows of a call that run on AMX-INT8", py::arg("m_size"),
         py::arg("kind"));
   m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
+  m.attr("quant_linear_rows_kind") = 3;  // kind 3 (s8r, w8a8_int8: x quantized per row) runs in this build
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);

@@ -1,0 +1,136 @@
+"""`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row. Each AVX512 build
+(AMX-INT8 for K a multiple of 64, its VNNI loop otherwise, and the VNNI-only build) gives the reference's bits
+for M = 1..64, row-invariant, NaN rows as the reference; the AVX2 build has no kind 3, so the weight runs in
+the reference there; the error stays within what the row quantization allows."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.models.greedy_argmax import greedy_argmax
+from specdec.quantization import quantized_weight
+from specdec.quantization.kernel import QUANT_BUILDS
+from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
+from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
+from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantize_int8, quantize_w8a8
+
+from test_quantized_linear import build_or_skip, inputs
+
+AVX512 = ["amx_int8", "avx512_vnni"]
+
+
+@pytest.fixture(params=AVX512)
+def build(request, monkeypatch) -> str:
+    isa = request.param
+    module = build_or_skip(isa)
+    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
+    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: QUANT_BUILDS[isa][3])
+    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: isa)
+    return isa
+
+
+def random_w8a8(n: int, k: int, seed: int = 0) -> BlockWeights:
+    g = torch.Generator().manual_seed(seed)
+    return quantize_w8a8(torch.randn(n, k, generator=g) * 0.05)
+
+
+@pytest.mark.parametrize("n, k", [(8, 64), (13, 96), (200, 640), (40, 2048)])
+def test_kernel_equals_reference_bit_for_bit(build, n, k):
+    """K = 96 has an odd number of blocks: the AMX build's VNNI loop runs it; the others run on AMX tiles."""
+    w = QuantizedWeight(random_w8a8(n, k), k, "w8a8_int8")
+    assert w._kind_id == 3
+    x = inputs(7, k)
+    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
+    assert torch.equal(w.linear_rows(x, torch.bfloat16), reference_linear(x, w.blocks).bfloat16())
+
+
+@pytest.mark.parametrize("k", [640, 96])
+def test_every_row_count_equals_the_reference(build, k):
+    n = 44  # a partial tile
+    blocks = random_w8a8(n, k, seed=3)
+    tiles = pack_tiles(blocks, 16, half_scales=True, per_column=True)
+    module = quantized_weight.quant_kernel()
+    x = inputs(64, k, seed=4)
+    want = reference_linear(x, blocks)
+    alone = torch.cat([module.quant_linear(x[i : i + 1], *tiles, 3)[:, :n] for i in range(64)])
+    assert torch.equal(alone, want)
+    for m in range(1, 65):
+        assert torch.equal(module.quant_linear(x[:m], *tiles, 3)[:, :n], want[:m]), (build, m)
+
+
+def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build):
+    k, n = 640, 13
+    w = QuantizedWeight(random_w8a8(n, k), k, "w8a8_int8")
+    x = inputs(20, k)
+    clean = w.linear_float(x)
+    x[1, 40] = float("nan")
+    x[2, 70] = float("-inf")
+    x[17, 5] = float("inf")
+    bad, good = [1, 2, 17], [0, 3, 16, 19]
+    got, want = w.linear_float(x), reference_linear(x, w.blocks)
+    assert want[bad].isnan().all() and got[bad].isnan().all()
+    assert torch.equal(got[good], clean[good]) and torch.equal(got[good], want[good])
+
+
+def test_threads_and_the_argmax_keep_the_bits(build):
+    k, n = 640, 1003
+    w = QuantizedWeight(random_w8a8(n, k, seed=5), k, "w8a8_int8")
+    x = inputs(33, k, seed=6)
+    want = reference_linear(x, w.blocks)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(w.linear_float(x), want)
+            for m in (1, 5, 16, 33):
+                assert torch.equal(w.greedy_rows(x[:m]), greedy_argmax(want[:m])), (threads, m)
+    finally:
+        torch.set_num_threads(before)
+    values, indices = w.max_columns(x, slice(16, 500))
+    assert torch.equal(indices, greedy_argmax(want[:, 16:500]))
+    assert torch.equal(values, want[:, 16:500].gather(1, indices[:, None])[:, 0])
+
+
+def test_the_amx_build_runs_every_row_on_amx():
+    module = build_or_skip("amx_int8")
+    if module.amx_tile_rows(64, 0) == 0:
+        pytest.skip("the OS did not grant the AMX tile state")
+    assert [module.amx_tile_rows(m, 3) for m in (1, 7, 16, 33)] == [1, 7, 16, 33]
+    assert build_or_skip("avx512_vnni").amx_tile_rows(16, 3) == 0
+
+
+def test_the_avx2_build_leaves_w8a8_to_the_reference(monkeypatch):
+    """No kind 3 in the AVX2 build: the weight runs in the reference (the same bits, slower) rather than
+    sending the kernel a kind it refuses."""
+    module = build_or_skip("avx2")
+    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
+    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
+    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
+    k = 96
+    w = QuantizedWeight(random_w8a8(13, k), k, "w8a8_int8")
+    x = inputs(5, k)
+    assert w._kernel(x) is None and w.kernel_args()[2] == 0
+    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
+    with pytest.raises(RuntimeError, match="AVX512 builds only"):
+        module.quant_linear(x, *pack_tiles(w.blocks, 8, per_column=True), 3)
+
+
+def test_within_the_row_quantization_error_of_float64():
+    """|y - x @ w| <= (dx / 2) * sum |w| per output (each activation moves at most half its row's step), plus
+    float32 rounding; and the same weights as int8, whose activations are quantized per block of 32."""
+    k, n = 640, 50
+    dense = torch.randn(n, k, generator=torch.Generator().manual_seed(9), dtype=torch.float64) * 0.05
+    blocks = quantize_w8a8(dense.float())
+    assert torch.equal(blocks.q, quantize_int8(dense.float()).q)
+    x = inputs(16, k).float()
+    w = blocks.dequantize().double()
+    exact = x.double() @ w.T
+    dx = x.abs().amax(1, keepdim=True).double() / 127
+    bound = dx / 2 * w.abs().sum(1)[None] + 1e-5 * exact.abs() + 1e-6
+    assert ((reference_linear(x, blocks).double() - exact).abs() <= bound).all()
+
+
+def test_too_wide_rows_are_refused():
+    with pytest.raises(ValueError, match="int32"):
+        quantize_w8a8(torch.zeros(2, MAX_W8A8_IN_FEATURES + BLOCK))
