@@ -231,3 +231,18 @@ def test_a_hybrids_fallback_is_resolved_for_the_targets_quantization(quantized, 
     HybridProposer(HybridOptions(fallback={"method": "ngram", "num_speculative_tokens": 2}),
                    quantized("gemma_untied", "int4"))
     assert seen == [("ngram", "int4", "cpu")]
+
+
+def test_w8a8_is_smoothed_from_the_calibration_text(zoo, quantized):
+    """load_model runs smoothing.CALIBRATION_TEXT through the dense decoder: every quantized linear and the
+    head carry SmoothQuant's multipliers, fitted to maxima the calibration actually saw (each linear's)."""
+    from specdec.quantization.smoothing import CALIBRATION_TEXT, input_maxima
+
+    loaded = quantized("gemma_untied", "w8a8_int8")
+    weights = [getattr(layer, n).weight for layer in loaded.decoder.layers for n in ("qkv", "o", "gate_up", "down")]
+    weights.append(loaded.decoder.quantized_head)
+    assert all(w.blocks.act_scale is not None and w.kind == "s8r" for w in weights)
+    dense = zoo.load("gemma_untied")
+    maxima, head = input_maxima(dense.decoder, dense.tokenizer(CALIBRATION_TEXT)["input_ids"])
+    assert len(maxima) == 4 * len(dense.decoder.layers) and all((m > 0).any() for m in maxima.values())
+    assert head.shape == (dense.decoder.arch.hidden_size,)

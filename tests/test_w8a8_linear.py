@@ -1,4 +1,5 @@
-"""`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row. Each AVX512 build
+"""`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row (optionally after
+SmoothQuant's per-channel multipliers). Each AVX512 build
 (AMX-INT8 for K a multiple of 64, its VNNI loop otherwise, and the VNNI-only build) gives the reference's bits
 for M = 1..64, row-invariant, NaN rows as the reference; the AVX2 build has no kind 3, so the weight runs in
 the reference there; the error stays within what the row quantization allows."""
@@ -13,6 +14,7 @@ from specdec.quantization import quantized_weight
 from specdec.quantization.kernel import QUANT_BUILDS
 from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
+from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantize_int8, quantize_w8a8
 
 from test_quantized_linear import build_or_skip, inputs
@@ -30,25 +32,34 @@ def build(request, monkeypatch) -> str:
     return isa
 
 
-def random_w8a8(n: int, k: int, seed: int = 0) -> BlockWeights:
+def random_w8a8(n: int, k: int, seed: int = 0, smooth: bool = False) -> BlockWeights:
+    """With `smooth`, SmoothQuant's channel scales from made-up activation maxima (a few outlier channels)."""
     g = torch.Generator().manual_seed(seed)
-    return quantize_w8a8(torch.randn(n, k, generator=g) * 0.05)
+    w = torch.randn(n, k, generator=g) * 0.05
+    if not smooth:
+        return quantize_w8a8(w)
+    x_max = torch.rand(k, generator=g) + 0.1
+    x_max[::17] *= 40
+    return quantize_w8a8(w, channel_scales(x_max, w))
 
 
+@pytest.mark.parametrize("smooth", [False, True])
 @pytest.mark.parametrize("n, k", [(8, 64), (13, 96), (200, 640), (40, 2048)])
-def test_kernel_equals_reference_bit_for_bit(build, n, k):
+def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
     """K = 96 has an odd number of blocks: the AMX build's VNNI loop runs it; the others run on AMX tiles."""
-    w = QuantizedWeight(random_w8a8(n, k), k, "w8a8_int8")
+    w = QuantizedWeight(random_w8a8(n, k, smooth=smooth), k, "w8a8_int8")
+    assert (w.blocks.act_scale is not None) == smooth
     assert w._kind_id == 3
     x = inputs(7, k)
     assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
     assert torch.equal(w.linear_rows(x, torch.bfloat16), reference_linear(x, w.blocks).bfloat16())
 
 
+@pytest.mark.parametrize("smooth", [False, True])
 @pytest.mark.parametrize("k", [640, 96])
-def test_every_row_count_equals_the_reference(build, k):
+def test_every_row_count_equals_the_reference(build, k, smooth):
     n = 44  # a partial tile
-    blocks = random_w8a8(n, k, seed=3)
+    blocks = random_w8a8(n, k, seed=3, smooth=smooth)
     tiles = pack_tiles(blocks, 16, half_scales=True, per_column=True)
     module = quantized_weight.quant_kernel()
     x = inputs(64, k, seed=4)
@@ -61,7 +72,7 @@ def test_every_row_count_equals_the_reference(build, k):
 
 def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build):
     k, n = 640, 13
-    w = QuantizedWeight(random_w8a8(n, k), k, "w8a8_int8")
+    w = QuantizedWeight(random_w8a8(n, k, smooth=True), k, "w8a8_int8")
     x = inputs(20, k)
     clean = w.linear_float(x)
     x[1, 40] = float("nan")
@@ -75,7 +86,7 @@ def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build):
 
 def test_threads_and_the_argmax_keep_the_bits(build):
     k, n = 640, 1003
-    w = QuantizedWeight(random_w8a8(n, k, seed=5), k, "w8a8_int8")
+    w = QuantizedWeight(random_w8a8(n, k, seed=5, smooth=True), k, "w8a8_int8")
     x = inputs(33, k, seed=6)
     want = reference_linear(x, w.blocks)
     before = torch.get_num_threads()
@@ -134,3 +145,33 @@ def test_within_the_row_quantization_error_of_float64():
 def test_too_wide_rows_are_refused():
     with pytest.raises(ValueError, match="int32"):
         quantize_w8a8(torch.zeros(2, MAX_W8A8_IN_FEATURES + BLOCK))
+
+
+def test_smoothing_keeps_the_product_and_shrinks_the_activation_range():
+    """x @ W.T is kept up to rounding (x / t against W * t), the multiplied activations' outlier channels
+    come down, and the error against float64 is smaller than without smoothing on outlier activations."""
+    k, n = 640, 64
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(n, k, generator=g) * 0.05
+    x = torch.randn(32, k, generator=g)
+    x[:, ::40] *= 60  # outlier channels, as Gemma's
+    t = channel_scales(x.abs().amax(0), w)
+    smoothed = quantize_w8a8(w, t)
+    assert torch.allclose(smoothed.act_scale, 1 / t)
+    moved = x * smoothed.act_scale
+    assert moved.abs().amax() / moved.abs().median() < x.abs().amax() / x.abs().median() / 4
+    exact = x.double() @ w.double().T
+    err = lambda b: (reference_linear(x, b).double() - exact).square().mean()  # noqa: E731
+    assert err(smoothed) < err(quantize_w8a8(w)) / 2
+
+
+def test_bad_channel_scales_and_fusing_different_ones_are_refused():
+    w = torch.randn(16, 64) * 0.05
+    for bad in (torch.zeros(64), torch.full((64,), float("nan")), torch.ones(32)):
+        with pytest.raises(ValueError, match="channel_scales"):
+            quantize_w8a8(w, bad)
+    a = QuantizedWeight(quantize_w8a8(w, torch.ones(64)), 64, "w8a8_int8")
+    b = QuantizedWeight(quantize_w8a8(w, torch.full((64,), 2.0)), 64, "w8a8_int8")
+    with pytest.raises(ValueError, match="activation scales"):
+        QuantizedWeight.concat([a, b])
+    assert QuantizedWeight.concat([a, a]).blocks.act_scale is not None

@@ -236,7 +236,12 @@ def load_model(
             decoder.rope = {k: _move_rope(v, dev) for k, v in decoder.rope.items()}
             decoder.prepare()
             if quantization is not None:
-                quantize_decoder(decoder, quantization, resolve_model_path(name))
+                calibration = None
+                if quantization == "w8a8_int8":  # SmoothQuant's activation maxima (quantization/smoothing.py)
+                    from specdec.quantization.smoothing import CALIBRATION_TEXT
+
+                    calibration = tokenizer(CALIBRATION_TEXT)["input_ids"]
+                quantize_decoder(decoder, quantization, resolve_model_path(name), calibration)
             return LoadedModel(name, tokenizer, hf_model.config, torch_dtype, dev, decoder, None, quantization)
     if quantization is not None:
         raise ValueError(f"quantization needs our native decoder; {reason}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 import torch
 from tqdm import tqdm
@@ -10,6 +11,7 @@ from tqdm import tqdm
 from specdec.models.decoder import Decoder
 from specdec.quantization.gguf_weights import LAYER_TENSORS, GGUFTensors, check_matches
 from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
+from specdec.quantization.smoothing import channel_scales, input_maxima
 from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8, quantize_w8a8
 
 logger = logging.getLogger(__name__)
@@ -17,6 +19,7 @@ logger = logging.getLogger(__name__)
 # vLLM's `quantization` key and values where they exist ("gguf": the file's own quantized tensors;
 # "w8a8_int8": SGLang's name for int8 weights with int8 activations quantized per token)
 MODES = ("int8", "int4", "w8a8_int8", "gguf")
+_MIN_CALIBRATION_TOKENS = 16
 _QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4, "w8a8_int8": quantize_w8a8}
 
 
@@ -26,17 +29,32 @@ def check_mode(mode: str | None) -> str | None:
     return mode
 
 
-def _from_dense(weight: torch.Tensor, mode: str) -> QuantizedWeight:
+def _from_dense(weight: torch.Tensor, mode: str, input_max: torch.Tensor | None = None) -> QuantizedWeight:
+    if input_max is not None:  # w8a8_int8 with SmoothQuant
+        return QuantizedWeight(quantize_w8a8(weight, channel_scales(input_max, weight)), weight.shape[1], mode)
     return QuantizedWeight(_QUANTIZERS[mode](weight), weight.shape[1], mode)
 
 
-def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) -> Decoder:
+def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None,
+                     calibration: Sequence[int] | None = None) -> Decoder:
     """Every layer's qkv, o, gate_up and down, and the LM head, quantized in place.
 
     "int8" / "int4" / "w8a8_int8" quantize the loaded weights; "gguf" takes the file's own quantized tensors (the
     model must be a GGUF file), checked against the loaded weights so that a wrong mapping cannot pass.
+    "w8a8_int8" with `calibration` (token ids; load_model passes smoothing.CALIBRATION_TEXT's) first runs
+    them through the dense decoder for SmoothQuant's channel scales (smoothing.py); without, it quantizes
+    the activations as they come.
     The embedding lookup keeps the dense rows (it reads a few rows, not the matrix)."""
     check_mode(mode)
+    maxima, head_max = {}, None
+    if mode == "w8a8_int8" and calibration:
+        vocab = decoder.embed.num_embeddings  # a tokenizer may know ids the model has no row for
+        tokens = [t for t in calibration if 0 <= t < vocab]
+        if len(tokens) >= _MIN_CALIBRATION_TOKENS:
+            maxima, head_max = input_maxima(decoder, tokens)
+        else:
+            logger.warning("w8a8_int8: %d calibration tokens in the vocabulary; activations quantized "
+                           "without SmoothQuant's scales", len(tokens))
     if decoder.device.type != "cpu":
         logger.warning("quantized linears run in torch on %s (exact, not fast): the kernels are for CPUs",
                        decoder.device)
@@ -50,7 +68,7 @@ def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) 
         for name in names:
             dense: torch.nn.Linear = getattr(layer, name)
             if source is None:
-                quantized = _from_dense(dense.weight, mode)
+                quantized = _from_dense(dense.weight, mode, maxima.get((i, name)))
             else:
                 quantized = source.layer_linear(i, name)
                 if quantized is None:
@@ -59,7 +77,7 @@ def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None) 
             setattr(layer, name, QuantizedLinear(quantized, dense.bias))
     head = decoder.head_weight()
     if source is None:
-        decoder.quantized_head = _from_dense(head, mode)
+        decoder.quantized_head = _from_dense(head, mode, head_max)
     else:
         decoder.quantized_head = source.lm_head()
         if decoder.quantized_head is not None:

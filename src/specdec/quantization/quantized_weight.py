@@ -35,7 +35,8 @@ def _padded_columns(blocks: BlockWeights, extra: int) -> BlockWeights:
     if not extra:
         return blocks
     pad = (lambda t: None if t is None else torch.cat([t, t.new_zeros((extra, *t.shape[1:]))]))
-    return BlockWeights(blocks.kind, pad(blocks.q), pad(blocks.scales), pad(blocks.mins), pad(blocks.sub_scales))
+    return BlockWeights(blocks.kind, pad(blocks.q), pad(blocks.scales), pad(blocks.mins), pad(blocks.sub_scales),
+                        blocks.act_scale)
 
 
 def half_exact(scales: torch.Tensor) -> bool:
@@ -78,11 +79,16 @@ def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: 
         raise ValueError("per-column scales need s8 blocks without sub-scales whose scale is the same in every block")
     padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
     scales = padded.scales[:, :1] if per_column else padded.scales
+    if padded.act_scale is not None:  # s8r's channel multipliers ride in the mins slot, [K] float32
+        mins = padded.act_scale.float().contiguous()
+    elif padded.mins is not None:
+        mins = _tiled(padded.mins.half() if half_scales else padded.mins.float(), width)
+    else:
+        mins = torch.empty(0)
     return (
         _tiled_quants(padded.q, "s5" if s5 else padded.kind, width),
         _tiled(scales.half() if half_scales else scales.float(), width),
-        _tiled(padded.mins.half() if half_scales else padded.mins.float(), width) if padded.mins is not None
-        else torch.empty(0),
+        mins,
         _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
         else torch.empty(0, dtype=torch.int16),
     )
@@ -172,9 +178,11 @@ class QuantizedWeight:
         return values, indices
 
     def _tiles_covering(self, start: int, stop: int) -> list[torch.Tensor]:
-        """The packed tiles whose columns cover [start, stop) (the first starts at or before `start`)."""
+        """The packed tiles whose columns cover [start, stop) (the first starts at or before `start`); s8r's
+        channel multipliers (in the mins slot) are per input channel, so whole."""
         t0, t1 = start // self._width, -(-stop // self._width)
-        return [t[t0:t1] if t.numel() else t for t in self._tiles]
+        return [t[t0:t1] if t.numel() and not (i == 2 and self.kind == "s8r") else t
+                for i, t in enumerate(self._tiles)]
 
     def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
@@ -187,7 +195,7 @@ class QuantizedWeight:
     def column_blocks(self, columns: slice | torch.Tensor) -> BlockWeights:
         b = self.blocks
         pick = (lambda t: None if t is None else t[columns])
-        return BlockWeights(b.kind, b.q[columns], b.scales[columns], pick(b.mins), pick(b.sub_scales))
+        return BlockWeights(b.kind, b.q[columns], b.scales[columns], pick(b.mins), pick(b.sub_scales), b.act_scale)
 
     def linear_columns(self, x: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
         """linear_float(x)[:, columns], computing (about) only those columns, with the same bits: a range
@@ -219,8 +227,12 @@ class QuantizedWeight:
             return None if values is None or values[0] is None else torch.cat(values)
 
         b = [p.blocks for p in parts]
+        act = b[0].act_scale  # the parts share their input, so its channel scales
+        if any((x.act_scale is None) != (act is None) or (act is not None and not torch.equal(x.act_scale, act))
+               for x in b):
+            raise ValueError("only weights with the same activation scales can be fused")
         blocks = BlockWeights(parts[0].kind, cat([x.q for x in b]), cat([x.scales for x in b]),
-                              cat([x.mins for x in b]), cat(subs))
+                              cat([x.mins for x in b]), cat(subs), act)
         return QuantizedWeight(blocks, parts[0].in_features, "+".join(dict.fromkeys(p.format for p in parts)))
 
 

@@ -52,7 +52,9 @@ class BlockWeights:
 
     kind "s8": w = s * q (times the sub-scale of q's half of the block, when there are sub-scales);
     kind "u4": w = s * q - m, q in 0..15;
-    kind "s8r": w = s * q with one s per column (repeated per block here), activations per row.
+    kind "s8r": w = s * q with one s per column (repeated per block here), activations per row, each
+    channel first multiplied by `act_scale` where there is one (SmoothQuant: the weights were fitted to x
+    times it, see smoothing.py).
     """
 
     kind: str
@@ -60,6 +62,7 @@ class BlockWeights:
     scales: torch.Tensor  # [N, blocks] float32
     mins: torch.Tensor | None = None  # [N, blocks] float32 (u4)
     sub_scales: torch.Tensor | None = None  # [N, blocks, 2] int16 (s8, Q6_K's per-16 scales)
+    act_scale: torch.Tensor | None = None  # [K] float32 (s8r): x * act_scale is what gets quantized
 
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K]: the weights the arithmetic multiplies by (up to its float rounding)."""
@@ -86,13 +89,16 @@ def _integer_dots(a: QuantizedActivations, w: BlockWeights) -> torch.Tensor:
 
 def reference_linear(x: torch.Tensor, w: BlockWeights) -> torch.Tensor:
     """x [M, K] @ dequant(w).T as float32 [M, N], bit-identical to the kernel."""
+    if w.act_scale is not None:  # one float32 product per element, as the kernel's
+        x = x.float() * w.act_scale
     a = quantize_activations(x, per_row=w.kind == "s8r")
     n = w.q.shape[0]
     out = []
     for lo in range(0, n, _COLUMNS_PER_CHUNK):
         part = BlockWeights(w.kind, w.q[lo : lo + _COLUMNS_PER_CHUNK], w.scales[lo : lo + _COLUMNS_PER_CHUNK],
                             None if w.mins is None else w.mins[lo : lo + _COLUMNS_PER_CHUNK],
-                            None if w.sub_scales is None else w.sub_scales[lo : lo + _COLUMNS_PER_CHUNK])
+                            None if w.sub_scales is None else w.sub_scales[lo : lo + _COLUMNS_PER_CHUNK],
+                            w.act_scale)
         if w.kind == "s8r":  # one exact sum over the row (float64 holds it), one rounding to float32
             t = part.scales[None, :, 0] * a.dx
             out.append(_integer_dots(a, part).sum(-1).float() * t)

@@ -38,15 +38,23 @@ def quantize_int8(weight: torch.Tensor) -> BlockWeights:
 MAX_W8A8_IN_FEATURES = 32768
 
 
-def quantize_w8a8(weight: torch.Tensor) -> BlockWeights:
-    """quantize_int8's weights for W8A8 (SGLang's `w8a8_int8`, vLLM's int8 W8A8 with dynamic per-token
-    activations): the same quants and per-channel scales, with activations quantized once per row, so each
-    output is one integer sum over the row and one float product (reference.py, kind "s8r")."""
+def quantize_w8a8(weight: torch.Tensor, channel_scales: torch.Tensor | None = None) -> BlockWeights:
+    """int8 weights per output channel for W8A8 (SGLang's `w8a8_int8`, vLLM's int8 W8A8 with dynamic
+    per-token activations): activations quantized once per row, so each output is one integer sum over the
+    row and one float product (reference.py, kind "s8r"). With SmoothQuant's `channel_scales` t
+    (smoothing.channel_scales), the weight's columns are multiplied by t before quantizing and x by 1 / t
+    before its row is quantized (act_scale)."""
     if weight.shape[1] > MAX_W8A8_IN_FEATURES:
         raise ValueError(f"w8a8_int8 sums a row in int32: in_features at most {MAX_W8A8_IN_FEATURES}, "
                          f"got {weight.shape[1]}")
-    b = quantize_int8(weight)
-    return BlockWeights("s8r", b.q, b.scales)
+    if channel_scales is None:
+        b = quantize_int8(weight)
+        return BlockWeights("s8r", b.q, b.scales)
+    t = channel_scales.float()
+    if t.shape != (weight.shape[1],) or not bool(torch.isfinite(t).all() and (t > 0).all()):
+        raise ValueError("channel_scales: one finite positive value per input channel")
+    b = quantize_int8(weight.detach().float() * t)
+    return BlockWeights("s8r", b.q, b.scales, act_scale=(1.0 / t).contiguous())
 
 
 _ROWS_PER_CHUNK = 4096  # rows quantized at a time: the temporaries stay in cache (the LM head has 262144)

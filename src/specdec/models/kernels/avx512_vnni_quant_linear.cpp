@@ -265,10 +265,11 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   if (kind == 3) {  // s8r (w8a8_int8): x per row, one int32 sum per output (avx512_w8a8_rows.h)
     static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
     const float* xp = specdec_quant::float_rows(x, xf);
+    const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
     if (scales.scalar_type() == at::kHalf)
-      specdec_w8a8::run_rows(xp, m_size, k_size, static_cast<const uint16_t*>(scales.data_ptr()), quants, y);
+      specdec_w8a8::run_rows(xp, act, m_size, k_size, static_cast<const uint16_t*>(scales.data_ptr()), quants, y);
     else
-      specdec_w8a8::run_rows(xp, m_size, k_size, scales.data_ptr<float>(), quants, y);
+      specdec_w8a8::run_rows(xp, act, m_size, k_size, scales.data_ptr<float>(), quants, y);
     return;
   }
   // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
@@ -306,7 +307,8 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 16, 4], sub_scales int16 [tiles, blocks, 16, 2] or empty;
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
 // kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5); kind 3 (s8r): kind 0's quants with one
-// scale per column, x quantized per row (avx512_w8a8_rows.h). Scales float32, or float16 values.
+// scale per column, x quantized per row (avx512_w8a8_rows.h), mins empty or x's per-channel multipliers
+// [K] float32. Scales float32, or float16 values.
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
   return specdec_quant::linear_values(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, out_bf16);

@@ -11,6 +11,7 @@
 //   - VNNI: vpdpbusd multiplies unsigned by signed bytes, so the weights are read as q + 128 (xor 0x80) and
 //     each row's sum starts from c = -128 * sum(qx) over the row, ending at sum(q * qx) exactly.
 //   - The int32 sum is bounded by 383 * 127 * K (weight_quantizers.MAX_W8A8_IN_FEATURES keeps K <= 32768).
+// x may first be multiplied per channel (SmoothQuant, quantization/smoothing.py: `act`, the mins slot).
 // Weights: kind 0's layout ([tiles][blocks][8 groups of 4 k][16 columns][4 bytes]) with per-column scales;
 // two consecutive blocks are one AMX B tile (16 rows of 4 k x 16 columns, 64 bytes each).
 #pragma once
@@ -58,14 +59,21 @@ inline void shape_rows(int64_t m_size, int64_t k_size, RowActivations& a) {
 
 // Row m as reference.quantize_activations(x, per_row=True): amax over the row (a max is exact in any order),
 // d = amax / 127, q = x * (1 / d) rounded half to even, as the per-block quantize_rows does per block.
-inline void quantize_row(const float* x, int64_t m, RowActivations& a) {
+// `act` (or null): SmoothQuant's per-channel multipliers, x * act rounded once per element before anything
+// else, as the reference's x.float() * act_scale.
+inline __m512 scaled(const float* xr, const float* act, int64_t i) {
+  const __m512 v = _mm512_loadu_ps(xr + i);
+  return act == nullptr ? v : _mm512_mul_ps(v, _mm512_loadu_ps(act + i));
+}
+
+inline void quantize_row(const float* x, const float* act, int64_t m, RowActivations& a) {
   constexpr int kNearest = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
   const int64_t k_size = a.k;
   const float* xr = x + m * k_size;
   __m512 mx = _mm512_setzero_ps();
   __mmask16 bad = 0;  // lanes that held a NaN or an infinity (fpclass: QNaN, +Inf, -Inf, SNaN)
   for (int64_t i = 0; i < k_size; i += 16) {
-    const __m512 v = _mm512_loadu_ps(xr + i);
+    const __m512 v = scaled(xr, act, i);
     bad |= _mm512_fpclass_ps_mask(v, 0x99);
     mx = _mm512_max_ps(mx, _mm512_abs_ps(v));
   }
@@ -78,7 +86,7 @@ inline void quantize_row(const float* x, int64_t m, RowActivations& a) {
   __m512i total = _mm512_setzero_si512();
   int8_t* qr = a.q.data() + m * k_size;
   for (int64_t i = 0; i < k_size; i += 16) {
-    const __m512i qv = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(_mm512_loadu_ps(xr + i), inv), kNearest));
+    const __m512i qv = _mm512_cvtps_epi32(_mm512_roundscale_ps(_mm512_mul_ps(scaled(xr, act, i), inv), kNearest));
     _mm_storeu_si128(reinterpret_cast<__m128i*>(qr + i), _mm512_cvtepi32_epi8(qv));
     total = _mm512_add_epi32(total, qv);
   }
@@ -184,7 +192,7 @@ void tile_rows_amx(const int8_t* w, const S* s, const RowActivations& a, int64_t
 
 // Every tile against every row of x into y; the threads split the column tiles. S: the scales' type.
 template <typename S>
-void run_rows(const float* x, int64_t m_size, int64_t k_size, const S* sp, const at::Tensor& quants,
+void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, const S* sp, const at::Tensor& quants,
               const specdec_quant::OutputRows& y) {
   // buffers reused from call to call (a fresh one is an mmap and page faults); the OpenMP threads read the
   // calling thread's through this reference (naming the thread_local there would give each its own, empty)
@@ -199,7 +207,7 @@ void run_rows(const float* x, int64_t m_size, int64_t k_size, const S* sp, const
 #pragma omp parallel num_threads(at::get_num_threads())
     {
 #pragma omp for schedule(static)
-      for (int64_t m = 0; m < m_size; ++m) quantize_row(x, m, a);  // (the loop's end waits for every row)
+      for (int64_t m = 0; m < m_size; ++m) quantize_row(x, act, m, a);  // (the loop's end waits for every row)
       specdec_amx::ThreadTiles tile_state(rows_tile_config());
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tiles; ++t)
@@ -211,7 +219,7 @@ void run_rows(const float* x, int64_t m_size, int64_t k_size, const S* sp, const
 #endif
   constexpr int64_t kRows = 64;  // rows per pass over a tile (their sums and outputs stay in L1)
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
-  for (int64_t m = 0; m < m_size; ++m) quantize_row(x, m, a);
+  for (int64_t m = 0; m < m_size; ++m) quantize_row(x, act, m, a);
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t t = 0; t < tiles; ++t) {
     alignas(64) int32_t acc[kRows * kTile];

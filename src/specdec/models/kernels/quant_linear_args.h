@@ -44,6 +44,8 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
                          : scales.numel() == tiles * blocks * tile || (kind == 0 && !sub && scales.numel() == tiles * tile)),
               "scales layout (kind 3: one per column)");
   TORCH_CHECK(kind != 3 || x.size(1) <= 32768, "kind 3 sums a row in int32: K at most 32768");
+  TORCH_CHECK(kind != 3 || mins.numel() == 0 || (mins.scalar_type() == at::kFloat && mins.numel() == x.size(1)),
+              "kind 3: mins empty or x's per-channel multipliers, [K] float32");
   if (sub)
     TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * tile * 2, "sub");
   if (kind == 1)
