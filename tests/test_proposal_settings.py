@@ -120,6 +120,20 @@ def test_a_quantized_target_takes_the_portable_default(monkeypatch):
     assert eagle.options.tree_top_k == 1 and eagle.options.num_speculative_tokens == 7  # the stored chain
 
 
+def test_w8a8_on_amx_int8_takes_the_dense_targets_default(monkeypatch):
+    """w8a8_int8's rows cost about one row on the AMX-INT8 build, as bf16's on AMX: it takes the entry the
+    kernels name (the fixed depth for Medusa); on another quantized build the portable one."""
+    from specdec.quantization import kernel as quant_kernel
+
+    monkeypatch.setattr(fast_linear, "kernel_isa", lambda: "amx")
+    medusa = {"method": "medusa", "model": "gemma-3-270m-medusa"}
+    monkeypatch.setattr(quant_kernel, "quant_kernel_isa", lambda: "amx_int8")
+    assert not SpeculativeConfig.from_dict(medusa, "w8a8_int8").auto
+    assert SpeculativeConfig.from_dict(medusa, "int8").auto
+    monkeypatch.setattr(quant_kernel, "quant_kernel_isa", lambda: "avx512_vnni")
+    assert SpeculativeConfig.from_dict(medusa, "w8a8_int8").auto
+
+
 def test_auto_takes_the_stored_length_as_its_cap():
     out = _resolve(method="eagle3", model=EAGLE, num_speculative_tokens="auto")
     assert out["num_speculative_tokens"] == "auto" and out["max_num_speculative_tokens"] == 7

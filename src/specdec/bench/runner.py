@@ -94,7 +94,7 @@ def run_bench(
     """Benchmarks plain vs speculative decoding on a jsonl prompt file; returns the JSON report (a dict).
 
     `loaded` reuses an already loaded model (then `model`, `dtype`, `device` and `quantization` are taken
-    from it); `quantization` ("int8", "int4", "gguf") quantizes the target's weights.
+    from it); `quantization` ("int8", "int4", "w8a8_int8", "gguf") quantizes the target's weights.
     `include_transformers` / `include_llama_cpp` add rows for those libraries on the same prompts (batch 1;
     llama.cpp needs llama-cpp-python and a GGUF model: transformers_rows.py, llama_cpp_rows.py).
     A list of speculative configs runs every method right after the same plain run of each prompt and

@@ -124,16 +124,29 @@ def default_for_kernels(spec: dict[str, Any], quantization: str | None = None,
     what verification rows cost: where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's
     tree beats its chain, elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
     kernels' rows cost more (16 rows about twice one), and there the fixed trees of the AMX defaults lost to
-    the portable ones (docs/long-context-runs.md). Only a bare config takes it: a config that sets a key of
+    the portable ones (docs/long-context-runs.md); except `w8a8_int8` on the AMX-INT8 build (cheap_rows), where
+    the AMX entries did as well or better (docs/quantization-runs.md). Only a bare config takes it: a config that sets a key of
     its own (a length, a threshold) keeps meaning the same shape on every machine."""
     default = spec.get("default_proposal_method")
     by_kernels = spec.get(DEFAULT_BY_KERNELS)
-    if (not isinstance(by_kernels, dict) or not by_kernels or quantization not in (None, "none")
+    if (not isinstance(by_kernels, dict) or not by_kernels or not cheap_rows(quantization)
             or not runs_on_cpu(device)):
         return default
     from specdec.models import fast_linear
 
     return by_kernels.get(fast_linear.kernel_isa() or "", default)
+
+
+def cheap_rows(quantization: str | None) -> bool:
+    """Whether a target of `quantization` prices verification rows as the dense bf16 target does here: dense,
+    or `w8a8_int8` on the AMX-INT8 build (one int32 sum per output: 16 rows cost about one, as bf16's on AMX)."""
+    if quantization in (None, "none"):
+        return True
+    if quantization != "w8a8_int8":
+        return False
+    from specdec.quantization.kernel import quant_kernel_isa
+
+    return quant_kernel_isa() == "amx_int8"
 
 
 def choose_entry(method: str, options_class: type, user: dict[str, Any],

@@ -121,7 +121,7 @@ class LoadedModel:
     device: torch.device
     decoder: Decoder | None
     hf_model: Any | None
-    quantization: str | None = None  # "int8", "int4", "gguf" (the file's own tensors) or None: dense
+    quantization: str | None = None  # "int8", "int4", "w8a8_int8", "gguf" (the file's own tensors) or None: dense
 
     @property
     def vocab_size(self) -> int:
@@ -207,7 +207,7 @@ def load_model(
     quantization: str | None = None,
 ) -> LoadedModel:
     """Loads a causal LM by alias, GGUF path, local folder or hub id. `native=False` forces transformers.
-    `quantization` ("int8", "int4", "gguf") swaps the linear layers and LM head for quantized ones."""
+    `quantization` ("int8", "int4", "w8a8_int8", "gguf") swaps the linear layers and LM head for quantized ones."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from specdec.models.host_memory import keep_freed_memory
