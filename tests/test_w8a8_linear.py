@@ -1,8 +1,8 @@
-"""`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row (optionally after
-SmoothQuant's per-channel multipliers). Each AVX512 build
-(AMX-INT8 for K a multiple of 64, its VNNI loop otherwise, and the VNNI-only build) gives the reference's bits
-for M = 1..64, row-invariant, NaN rows as the reference; the AVX2 build has no kind 3, so the weight runs in
-the reference there; the error stays within what the row quantization allows."""
+"""`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row, optionally after
+SmoothQuant's per-channel multipliers. Each AVX512 build (AMX-INT8 for K a multiple of 64, its VNNI loop
+otherwise, and the VNNI-only build) gives the reference's bits for M = 1..64, row-invariant; the AVX2 build
+has no kind 3, so the weight runs in the reference there; the error stays within what the row quantization
+allows. (Non-finite inputs: tests/test_quantized_linear.py, kind s8r.)"""
 
 from __future__ import annotations
 
@@ -11,25 +11,19 @@ import torch
 
 from specdec.models.greedy_argmax import greedy_argmax
 from specdec.quantization import quantized_weight
-from specdec.quantization.kernel import QUANT_BUILDS
 from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantize_int8, quantize_w8a8
 
-from test_quantized_linear import build_or_skip, inputs
+from test_quantized_linear import build_or_skip, inputs, use_build
 
 AVX512 = ["amx_int8", "avx512_vnni"]
 
 
 @pytest.fixture(params=AVX512)
 def build(request, monkeypatch) -> str:
-    isa = request.param
-    module = build_or_skip(isa)
-    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
-    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: QUANT_BUILDS[isa][3])
-    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: isa)
-    return isa
+    return use_build(request.param, monkeypatch)
 
 
 def random_w8a8(n: int, k: int, seed: int = 0, smooth: bool = False) -> BlockWeights:
@@ -70,20 +64,6 @@ def test_every_row_count_equals_the_reference(build, k, smooth):
         assert torch.equal(module.quant_linear(x[:m], *tiles, 3)[:, :n], want[:m]), (build, m)
 
 
-def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build):
-    k, n = 640, 13
-    w = QuantizedWeight(random_w8a8(n, k, smooth=True), k, "w8a8_int8")
-    x = inputs(20, k)
-    clean = w.linear_float(x)
-    x[1, 40] = float("nan")
-    x[2, 70] = float("-inf")
-    x[17, 5] = float("inf")
-    bad, good = [1, 2, 17], [0, 3, 16, 19]
-    got, want = w.linear_float(x), reference_linear(x, w.blocks)
-    assert want[bad].isnan().all() and got[bad].isnan().all()
-    assert torch.equal(got[good], clean[good]) and torch.equal(got[good], want[good])
-
-
 def test_threads_and_the_argmax_keep_the_bits(build):
     k, n = 640, 1003
     w = QuantizedWeight(random_w8a8(n, k, seed=5, smooth=True), k, "w8a8_int8")
@@ -114,10 +94,8 @@ def test_the_amx_build_runs_every_row_on_amx():
 def test_the_avx2_build_leaves_w8a8_to_the_reference(monkeypatch):
     """No kind 3 in the AVX2 build: the weight runs in the reference (the same bits, slower) rather than
     sending the kernel a kind it refuses."""
-    module = build_or_skip("avx2")
-    monkeypatch.setattr(quantized_weight, "quant_kernel", lambda: module)
-    monkeypatch.setattr(quantized_weight, "quant_tile_width", lambda: 8)
-    monkeypatch.setattr(quantized_weight, "quant_kernel_isa", lambda: "avx2")
+    use_build("avx2", monkeypatch)
+    module = quantized_weight.quant_kernel()
     k = 96
     w = QuantizedWeight(random_w8a8(13, k), k, "w8a8_int8")
     x = inputs(5, k)

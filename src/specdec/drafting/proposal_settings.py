@@ -122,11 +122,12 @@ def default_for_kernels(spec: dict[str, Any], quantization: str | None = None,
     on the CPU runs on here (models/fast_linear.kernel_isa()); a target on a GPU takes
     `default_proposal_method` (the CPU's kernels say nothing of its rows' cost). The best shape depends on
     what verification rows cost: where the bf16 linears run on AMX tiles 16 rows cost about one and EAGLE-3's
-    tree beats its chain, elsewhere the chain wins. A quantized target (`quantization` set) takes `default_proposal_method`: its
-    kernels' rows cost more (16 rows about twice one), and there the fixed trees of the AMX defaults lost to
-    the portable ones (docs/long-context-runs.md); except `w8a8_int8` on the AMX-INT8 build (cheap_rows), where
-    the AMX entries did as well or better (docs/quantization-runs.md). Only a bare config takes it: a config that sets a key of
-    its own (a length, a threshold) keeps meaning the same shape on every machine."""
+    tree beats its chain, elsewhere the chain wins. A quantized target (`quantization` set) takes
+    `default_proposal_method`: its kernels' rows cost more (16 rows about twice one), and there the fixed
+    trees of the AMX defaults lost to the portable ones (docs/long-context-runs.md); except `w8a8_int8` on
+    the AMX-INT8 build (cheap_rows), where the AMX entries drafted more at the same speed
+    (docs/quantization-runs.md). Only a bare config takes it: a config that sets a key of its own (a length,
+    a threshold) keeps meaning the same shape on every machine."""
     default = spec.get("default_proposal_method")
     by_kernels = spec.get(DEFAULT_BY_KERNELS)
     if (not isinstance(by_kernels, dict) or not by_kernels or not cheap_rows(quantization)

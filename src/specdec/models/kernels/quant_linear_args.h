@@ -41,7 +41,8 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   const bool sub = kind == 0 && sub_scales.numel() > 0;
   TORCH_CHECK((scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf) &&
               (kind == 3 ? scales.numel() == tiles * tile
-                         : scales.numel() == tiles * blocks * tile || (kind == 0 && !sub && scales.numel() == tiles * tile)),
+                         : scales.numel() == tiles * blocks * tile ||
+                               (kind == 0 && !sub && scales.numel() == tiles * tile)),
               "scales layout (kind 3: one per column)");
   TORCH_CHECK(kind != 3 || x.size(1) <= 32768, "kind 3 sums a row in int32: K at most 32768");
   TORCH_CHECK(kind != 3 || mins.numel() == 0 || (mins.scalar_type() == at::kFloat && mins.numel() == x.size(1)),
