@@ -136,6 +136,8 @@ def test_smoothing_keeps_the_product_and_shrinks_the_activation_range():
     t = channel_scales(x.abs().amax(0), w)
     smoothed = quantize_w8a8(w, t)
     assert torch.allclose(smoothed.act_scale, 1 / t)
+    # the weights the arithmetic stands for: the quantized columns times act_scale, close to w
+    assert (smoothed.dequantize() - w).abs().max() < 0.05 * w.abs().max()
     moved = x * smoothed.act_scale
     assert moved.abs().amax() / moved.abs().median() < x.abs().amax() / x.abs().median() / 4
     exact = x.double() @ w.double().T

@@ -72,7 +72,9 @@ class BlockWeights:
         w = q * self.scales[..., None]
         if self.kind == "u4":
             w = w - self.mins[..., None]
-        return w.reshape(self.q.shape[0], -1)
+        w = w.reshape(self.q.shape[0], -1)
+        # SmoothQuant's x * act_scale against these weights: x against their product with act_scale
+        return w if self.act_scale is None else w * self.act_scale
 
 
 def _integer_dots(a: QuantizedActivations, w: BlockWeights) -> torch.Tensor:
