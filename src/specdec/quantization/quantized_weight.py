@@ -119,10 +119,10 @@ class QuantizedWeight:
         self._tiles = pack_tiles(blocks, self._width, kernel and halves_exact(blocks), s5,
                                  kernel and not s5 and per_column_scales(blocks))
 
-    def _kernel(self, x: torch.Tensor) -> object | None:
-        """The compiled module for this weight and x, or None (then reference_linear): x on the CPU, and a
-        build that has this kind (s8r, the row-activation int8 of w8a8_int8, is in the AVX512 builds only)."""
-        if x.device.type != "cpu":
+    def _kernel(self, device: torch.device) -> object | None:
+        """The compiled module for this weight and inputs on `device`, or None (then reference_linear): the
+        CPU, and a build that has this kind (s8r, w8a8_int8's row activations: the AVX512 builds only)."""
+        if device.type != "cpu":
             return None
         module = quant_kernel()
         if module is not None and self.kind == "s8r" and not hasattr(module, "quant_linear_rows_kind"):
@@ -149,7 +149,7 @@ class QuantizedWeight:
         """linear_float(x).to(dtype), with the same bits. The decoder's path: on the CPU one kernel call that
         rounds to bfloat16 as it stores (a decode step makes ~70 of these calls, and each torch op or Python
         layer around them cost more than a tenth of a one-row step's time)."""
-        kernel = self._kernel(x) if dtype in (torch.bfloat16, torch.float32) else None
+        kernel = self._kernel(x.device) if dtype in (torch.bfloat16, torch.float32) else None
         if kernel is None:
             return self.linear_float(x).to(dtype)
         y = kernel.quant_linear(x, *self._tiles, self._kind_id, dtype == torch.bfloat16)
@@ -158,7 +158,7 @@ class QuantizedWeight:
     def greedy_rows(self, x: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.linear_float(x)) [M] int64 without the float32 values, where the kernel has it
         (one pass that keeps each row's best column: the LM head's logits are 1 MB a row); else None."""
-        kernel = self._kernel(x) if x.dim() == 2 else None
+        kernel = self._kernel(x.device) if x.dim() == 2 else None
         if kernel is None or not hasattr(kernel, "quant_linear_argmax") or self.out_features == 0:
             return None
         return kernel.quant_linear_argmax(x, *self._tiles, self._kind_id, self.out_features)
@@ -168,7 +168,7 @@ class QuantizedWeight:
         linear_columns(x, columns) and the value there, without the float32 values of the other columns, in
         one kernel pass over the tiles covering them; None where the kernel lacks it or `columns` starts
         inside a tile (then score the columns)."""
-        kernel = self._kernel(x) if x.dim() == 2 else None
+        kernel = self._kernel(x.device) if x.dim() == 2 else None
         if kernel is None or not hasattr(kernel, "quant_linear_max") or columns.step not in (None, 1):
             return None
         start, stop, _ = columns.indices(self.out_features)
@@ -188,7 +188,7 @@ class QuantizedWeight:
         """The tiles and kind id that the kernel's quant_linear takes for this weight, as linear_rows passes
         them, and that function's address (0 without a build here) for a C++ caller such as
         decoder.DecoderLayer's one-call layer."""
-        module = self._kernel(torch.empty(0))
+        module = self._kernel(torch.device("cpu"))
         address = int(module.quant_linear_address()) if hasattr(module, "quant_linear_address") else 0
         return self._tiles, self._kind_id, address
 
@@ -200,7 +200,7 @@ class QuantizedWeight:
     def linear_columns(self, x: torch.Tensor, columns: slice | torch.Tensor) -> torch.Tensor:
         """linear_float(x)[:, columns], computing (about) only those columns, with the same bits: a range
         runs in the kernel over the tiles covering it, token ids (a few) in the reference."""
-        kernel = self._kernel(x)
+        kernel = self._kernel(x.device)
         if kernel is None or not isinstance(columns, slice) or columns.step not in (None, 1):
             return reference_linear(x.cpu(), self.column_blocks(columns)).to(x.device)
         start, stop, _ = columns.indices(self.out_features)
