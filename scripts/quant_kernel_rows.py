@@ -1,7 +1,8 @@
 """Rows-vs-time of the linear kernels on the default model's shapes: the LM head (262144 x 640), and the 18
 layers' four linears together (qkv 1536 x 640, o 640 x 1024, gate_up 4096 x 640, down 640 x 2048), for bf16
-(our row kernel), int8 (s8: also the GGUF's Q8_0 / Q5_0 path), int4 (u4: also Q4_K) and w8a8_int8 (s8r: int8
-activations per row), at 1-64 rows.
+(our row kernel), int8 (s8: also the GGUF's Q8_0 / Q5_0 path), int4 (u4r: int8 activations per row),
+w8a8_int8 (s8r: int8 activations per row) and q4_1 (u4, x per block of 32: the GGUF's Q4_K path, and `int4`
+before its integer group scales), at 1-64 rows.
 Random weights (the speed does not depend on the values). Writes a JSON report and prints a table.
 --quant-isa avx512_vnni (or avx2) times that build on a CPU that has a better one (before/after in one session);
 --kinds and --rows shorten a run; --repeat keeps each cell's best of several timings.
@@ -22,7 +23,7 @@ import torch
 from specdec.models.fast_linear import linear_float
 from specdec.quantization.kernel import quant_kernel_isa
 from specdec.quantization.quantized_weight import QuantizedWeight
-from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8, quantize_w8a8
+from specdec.quantization.weight_quantizers import quantize_q4_1, quantize_int4, quantize_int8, quantize_w8a8
 
 ROWS = (1, 2, 4, 8, 16, 32, 64)
 LAYER_SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))
@@ -44,7 +45,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--output", default=None)
-    parser.add_argument("--kinds", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4,w8a8_int8")
+    parser.add_argument("--kinds", default="bf16,int8,int4", help="comma-separated subset of bf16,int8,int4,w8a8_int8,q4_1")
     parser.add_argument("--rows", default=",".join(map(str, ROWS)), help="comma-separated row counts")
     parser.add_argument("--repeat", type=int, default=1, help="time each cell this many times, keep the best")
     parser.add_argument("--quant-isa", choices=("auto", "avx512_vnni", "avx2"), default="auto",
@@ -66,6 +67,7 @@ def main() -> None:
         "int8": lambda w: QuantizedWeight(quantize_int8(w), w.shape[1], "int8"),
         "int4": lambda w: QuantizedWeight(quantize_int4(w, 0), w.shape[1], "int4"),
         "w8a8_int8": lambda w: QuantizedWeight(quantize_w8a8(w), w.shape[1], "w8a8_int8"),
+        "q4_1": lambda w: QuantizedWeight(quantize_q4_1(w, 0), w.shape[1], "q4_1"),
     }
     kinds = {kind: {g: [makers[kind](w) for w in ws] for g, ws in dense.items()} for kind in wanted}
     del dense

@@ -14,7 +14,7 @@ from specdec.quantization import quantized_weight
 from specdec.quantization.kernel import QUANT_BUILDS, quant_kernel_build
 from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, quantize_activations, reference_linear
-from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8
+from specdec.quantization.weight_quantizers import quantize_int8, quantize_q4_1
 
 
 def build_or_skip(isa: str):
@@ -50,6 +50,11 @@ def random_blocks(kind: str, n: int, k: int, seed: int = 0, sub: bool = False) -
     if kind == "s8r":  # w8a8_int8: one scale per column, x per row (tests/test_w8a8_linear.py)
         q = torch.randint(-127, 128, (n, blocks, BLOCK), generator=g, dtype=torch.int8)
         return BlockWeights("s8r", q, scales[:, :1].expand(-1, blocks).contiguous())
+    if kind == "u4r":  # int4: integer a and c per group, one scale per column, x per row (tests/test_int4_linear.py)
+        q = torch.randint(0, 16, (n, blocks, BLOCK), generator=g, dtype=torch.uint8)
+        ints = torch.stack([torch.randint(1, 256, (n, blocks), generator=g),
+                            torch.randint(-4080, 4081, (n, blocks), generator=g)], dim=-1).to(torch.int16)
+        return BlockWeights("u4r", q, scales[:, :1].expand(-1, blocks).contiguous() * 0.01, sub_scales=ints)
     if kind == "s8":
         q = torch.randint(-127, 128, (n, blocks, BLOCK), generator=g, dtype=torch.int8)
         subs = torch.randint(-128, 128, (n, blocks, 2), generator=g).to(torch.int16) if sub else None
@@ -176,11 +181,11 @@ def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
     assert torch.equal(w.linear_rows(x.double(), torch.float32), want)  # other dtypes are read as float32
 
 
-@pytest.mark.parametrize("kind, sub", CASES + [("s8r", False)])
+@pytest.mark.parametrize("kind, sub", CASES + [("s8r", False), ("u4r", False)])
 def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build, kind, sub):
     """A NaN or an infinity in x has no int8 value: its whole output row is NaN (as the reference's), not a
-    finite row that silently dropped it; the other rows keep their bits. (s8r, whose row is one block: on
-    the AVX2 build it runs in the reference.)"""
+    finite row that silently dropped it; the other rows keep their bits. (s8r and u4r, whose row is one
+    block: on the AVX2 build they run in the reference.)"""
     k, n = 96, 13
     w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
     x = inputs(20, k)  # rows 0-15 a whole tile (AMX where the build has it), 16-19 the rest
@@ -316,8 +321,9 @@ def test_int8_per_channel_error_is_half_a_step():
 
 
 def test_int4_refinement_never_worse_than_min_max():
+    """The float fit int4 starts from (Q4_1's: s and m per group), before its integer rounding."""
     w = torch.randn(64, 128) * torch.rand(64, 1)
-    coarse, refined = quantize_int4(w, refinements=0), quantize_int4(w, refinements=4)
+    coarse, refined = quantize_q4_1(w, refinements=0), quantize_q4_1(w, refinements=4)
     assert int(refined.q.max()) <= 15
     def group_err(b):
         return (b.dequantize() - w).square().reshape(64, -1, BLOCK).sum(-1)
@@ -334,11 +340,11 @@ def test_bad_shapes_are_refused():
         reference_linear(torch.randn(2, 40), random_blocks("s8", 8, 64))
 
 
-def test_int8_and_int4_store_float16_scales(build):
-    """Our quantizers round scales (and int4's mins) to float16 values before rounding the quants against
+def test_int8_and_q4_1_store_float16_scales(build):
+    """Our quantizers round scales (and Q4_1's mins) to float16 values before rounding the quants against
     them, so the kernels read 2 bytes each, and the weights stay as close to the float ones as before."""
     w = torch.randn(40, 128, generator=torch.Generator().manual_seed(2)) * 0.05
-    for blocks, fmt in ((quantize_int8(w), "int8"), (quantize_int4(w), "int4")):
+    for blocks, fmt in ((quantize_int8(w), "int8"), (quantize_q4_1(w), "q4_1")):
         assert quantized_weight.half_exact(blocks.scales)
         assert blocks.mins is None or quantized_weight.half_exact(blocks.mins)
         tiles = QuantizedWeight(blocks, 128, fmt)._tiles

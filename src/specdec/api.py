@@ -68,7 +68,8 @@ class LLM:
         max_num_batched_tokens: rows per step (verification rows, then prefill chunks); the server's default
             is smaller (512), so running streams wait less beside a long prompt.
         kv_cache_memory_bytes: the running sequences' KV caches together (admission waits beyond it).
-        quantization: None (dense weights), "int8" (per output channel), "int4" (groups of 32), "w8a8_int8"
+        quantization: None (dense weights), "int8" (per output channel), "int4" (4-bit groups of 32,
+            activations per row after SmoothQuant), "w8a8_int8"
             (int8 weights, activations per row after SmoothQuant) or "gguf" (a
             GGUF file's own quantized tensors, e.g. the default model's Q4_K_M), vLLM's key: the linear
             layers and LM head run quantized in a row-invariant kernel, so speculation stays lossless.

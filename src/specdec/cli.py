@@ -17,7 +17,8 @@ def add_model_args(parser: argparse.ArgumentParser, speculative: bool = True) ->
     parser.add_argument("--device", default=None, help="cpu, cuda, ... (default: cuda when available)")
     parser.add_argument(
         "--quantization", default=None,
-        help="quantization of the linear layers and LM head: int8 (per channel), int4 (groups of 32), w8a8_int8 "
+        help="quantization of the linear layers and LM head: int8 (per channel), int4 (4-bit groups of 32, "
+        "per-row int8 activations with SmoothQuant), w8a8_int8 "
         "(int8 weights and per-row int8 activations with SmoothQuant: verification rows nearly free on AMX) or "
         "gguf (a GGUF model's own quantized tensors, e.g. the default model's Q4_K_M); default: none",
     )

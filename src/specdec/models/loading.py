@@ -212,6 +212,7 @@ def load_model(
 
     from specdec.models.host_memory import keep_freed_memory
     from specdec.quantization import check_mode, quantize_decoder
+    from specdec.quantization.apply import SMOOTHED_MODES
 
     check_mode(quantization)
     if quantization is not None and not native:
@@ -237,7 +238,7 @@ def load_model(
             decoder.prepare()
             if quantization is not None:
                 calibration = None
-                if quantization == "w8a8_int8":  # SmoothQuant's activation maxima (quantization/smoothing.py)
+                if quantization in SMOOTHED_MODES:  # SmoothQuant's activation maxima (quantization/smoothing.py)
                     from specdec.quantization.smoothing import CALIBRATION_TEXT
 
                     calibration = tokenizer(CALIBRATION_TEXT)["input_ids"]

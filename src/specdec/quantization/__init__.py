@@ -1,4 +1,4 @@
-"""Quantized targets: int8, int4, w8a8_int8 (int8 activations per row, SmoothQuant) and a GGUF file's own
+"""Quantized targets: int8, int4 and w8a8_int8 (int8 activations per row, SmoothQuant) and a GGUF file's own
 quantized tensors, run by a row-invariant CPU kernel so that speculative output still equals plain output of
 the same quantized model."""
 

@@ -19,6 +19,8 @@ logger = logging.getLogger(__name__)
 # vLLM's `quantization` key and values where they exist ("gguf": the file's own quantized tensors;
 # "w8a8_int8": SGLang's name for int8 weights with int8 activations quantized per token)
 MODES = ("int8", "int4", "w8a8_int8", "gguf")
+# the modes whose activations are quantized per row, and so take SmoothQuant's channel scales
+SMOOTHED_MODES = ("int4", "w8a8_int8")
 _MIN_CALIBRATION_TOKENS = 16
 _QUANTIZERS = {"int8": quantize_int8, "int4": quantize_int4, "w8a8_int8": quantize_w8a8}
 
@@ -30,9 +32,11 @@ def check_mode(mode: str | None) -> str | None:
 
 
 def _from_dense(weight: torch.Tensor, mode: str, input_max: torch.Tensor | None = None) -> QuantizedWeight:
-    if input_max is not None:  # w8a8_int8 with SmoothQuant
-        return QuantizedWeight(quantize_w8a8(weight, channel_scales(input_max, weight)), weight.shape[1], mode)
-    return QuantizedWeight(_QUANTIZERS[mode](weight), weight.shape[1], mode)
+    if input_max is not None:  # SmoothQuant's scales for activations per row
+        blocks = _QUANTIZERS[mode](weight, channel_scales=channel_scales(input_max, weight))
+    else:
+        blocks = _QUANTIZERS[mode](weight)
+    return QuantizedWeight(blocks, weight.shape[1], mode)
 
 
 def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None,
@@ -41,20 +45,20 @@ def quantize_decoder(decoder: Decoder, mode: str, gguf_path: str | None = None,
 
     "int8" / "int4" / "w8a8_int8" quantize the loaded weights; "gguf" takes the file's own quantized tensors (the
     model must be a GGUF file), checked against the loaded weights so that a wrong mapping cannot pass.
-    "w8a8_int8" with `calibration` (token ids; load_model passes smoothing.CALIBRATION_TEXT's) first runs
-    them through the dense decoder for SmoothQuant's channel scales (smoothing.py); without, it quantizes
-    the activations as they come.
+    "int4" and "w8a8_int8" (activations per row) with `calibration` (token ids; load_model passes
+    smoothing.CALIBRATION_TEXT's) first run them through the dense decoder for SmoothQuant's channel scales
+    (smoothing.py); without, they quantize the activations as they come.
     The embedding lookup keeps the dense rows (it reads a few rows, not the matrix)."""
     check_mode(mode)
     maxima, head_max = {}, None
-    if mode == "w8a8_int8" and calibration:
+    if mode in SMOOTHED_MODES and calibration:
         vocab = decoder.embed.num_embeddings  # a tokenizer may know ids the model has no row for
         tokens = [t for t in calibration if 0 <= t < vocab]
         if len(tokens) >= _MIN_CALIBRATION_TOKENS:
             maxima, head_max = input_maxima(decoder, tokens)
         else:
-            logger.warning("w8a8_int8: %d calibration tokens in the vocabulary; activations quantized "
-                           "without SmoothQuant's scales", len(tokens))
+            logger.warning("%s: %d calibration tokens in the vocabulary; activations quantized "
+                           "without SmoothQuant's scales", mode, len(tokens))
     if decoder.device.type != "cpu":
         logger.warning("quantized linears run in torch on %s (exact, not fast): the kernels are for CPUs",
                        decoder.device)

@@ -58,10 +58,26 @@ def fits_s5(blocks: BlockWeights) -> bool:
 
 def per_column_scales(blocks: BlockWeights) -> bool:
     """Whether s8 blocks without sub-scales have one scale per column (int8 per output channel): the kernels
-    then read it once per column instead of once a block."""
+    then read it once per column instead of once a block. s8r and u4r always have (activations per row)."""
     s = blocks.scales
-    return (blocks.kind in ("s8", "s8r") and blocks.sub_scales is None and s.dim() == 2
-            and (s.shape[1] > 1 or blocks.kind == "s8r") and bool((s == s[:, :1]).all()))
+    rows_kind = blocks.kind in ("s8r", "u4r")
+    return ((rows_kind or (blocks.kind == "s8" and blocks.sub_scales is None)) and s.dim() == 2
+            and (s.shape[1] > 1 or rows_kind) and bool((s == s[:, :1]).all()))
+
+
+def _u4r_integers(sub_scales: torch.Tensor, width: int) -> torch.Tensor:
+    """u4r's a and c [N, blocks, 2] -> int16 [N / width, pairs, 4 * width], per tile and pair of blocks (b, b + 1;
+    an odd last block paired with zeros): -c of both blocks side by side per column ([width][2], one vpdpwssd
+    adds -c . (sxq_b, sxq_b+1) for 16 columns), then a of block b and of block b + 1 ([width] each)."""
+    n, blocks, _ = sub_scales.shape
+    t = sub_scales.to(torch.int16)
+    if blocks % 2:
+        t = torch.cat([t, t.new_zeros(n, 1, 2)], dim=1)
+    pairs = t.shape[1] // 2
+    t = t.reshape(n // width, width, pairs, 2, 2).permute(0, 2, 3, 4, 1)  # [tiles, pairs, block, (a, c), col]
+    neg_c = (-t[:, :, :, 1, :]).transpose(2, 3)  # [tiles, pairs, col, block]
+    return torch.cat([neg_c.reshape(n // width, pairs, 2 * width), t[:, :, :, 0, :].reshape(n // width, pairs, 2 * width)],
+                     dim=2).contiguous()
 
 
 def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: bool = False,
@@ -79,7 +95,7 @@ def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: 
         raise ValueError("per-column scales need s8 blocks without sub-scales whose scale is the same in every block")
     padded = _padded_columns(blocks, -blocks.q.shape[0] % width)
     scales = padded.scales[:, :1] if per_column else padded.scales
-    if padded.act_scale is not None:  # s8r's channel multipliers ride in the mins slot, [K] float32
+    if padded.act_scale is not None:  # s8r's and u4r's channel multipliers ride in the mins slot, [K] float32
         mins = padded.act_scale.float().contiguous()
     elif padded.mins is not None:
         mins = _tiled(padded.mins.half() if half_scales else padded.mins.float(), width)
@@ -89,7 +105,8 @@ def pack_tiles(blocks: BlockWeights, width: int, half_scales: bool = False, s5: 
         _tiled_quants(padded.q, "s5" if s5 else padded.kind, width),
         _tiled(scales.half() if half_scales else scales.float(), width),
         mins,
-        _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
+        _u4r_integers(padded.sub_scales, width) if padded.kind == "u4r"
+        else _tiled(padded.sub_scales.to(torch.int16), width) if padded.sub_scales is not None
         else torch.empty(0, dtype=torch.int16),
     )
 
@@ -109,23 +126,23 @@ class QuantizedWeight:
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
         self._width = quant_tile_width()  # the layout of the build that runs here
-        # the kernels read float16 scales and mins (a GGUF's own, and our int8 / int4 ones: the Q8_0 LM head's
-        # pass 5% shorter, int4's 17%) and Q5_0's quants in 5 bits (22 bytes a block instead of 34: the MLP's
+        # the kernels read float16 scales and mins (a GGUF's own, and our int8 ones: the Q8_0 LM head's
+        # pass 5% shorter) and Q5_0's quants in 5 bits (22 bytes a block instead of 34: the MLP's
         # gate_up), with the same bits
         # int8 per output channel stores its scale once per column (6% of its bytes fewer)
         kernel = quant_kernel_isa() is not None
         s5 = kernel and fits_s5(blocks)
-        self._kind_id = 2 if s5 else 3 if self.kind == "s8r" else 0 if self.kind == "s8" else 1  # the kernels' `kind`
+        self._kind_id = {"s8": 0, "u4": 1, "s8r": 3, "u4r": 4}[self.kind] if not s5 else 2  # the kernels' `kind`
         self._tiles = pack_tiles(blocks, self._width, kernel and halves_exact(blocks), s5,
                                  kernel and not s5 and per_column_scales(blocks))
 
     def _kernel(self, device: torch.device) -> object | None:
         """The compiled module for this weight and inputs on `device`, or None (then reference_linear): the
-        CPU, and a build that has this kind (s8r, w8a8_int8's row activations: the AVX512 builds only)."""
+        CPU, and a build that has this kind (s8r and u4r, activations per row: the AVX512 builds only)."""
         if device.type != "cpu":
             return None
         module = quant_kernel()
-        if module is not None and self.kind == "s8r" and not hasattr(module, "quant_linear_rows_kind"):
+        if module is not None and self._kind_id >= 3 and self._kind_id not in getattr(module, "quant_linear_row_kinds", ()):
             return None
         return module
 
@@ -179,9 +196,9 @@ class QuantizedWeight:
 
     def _tiles_covering(self, start: int, stop: int) -> list[torch.Tensor]:
         """The packed tiles whose columns cover [start, stop) (the first starts at or before `start`); s8r's
-        channel multipliers (in the mins slot) are per input channel, so whole."""
+        and u4r's channel multipliers (in the mins slot) are per input channel, so whole."""
         t0, t1 = start // self._width, -(-stop // self._width)
-        return [t[t0:t1] if t.numel() and not (i == 2 and self.kind == "s8r") else t
+        return [t[t0:t1] if t.numel() and not (i == 2 and self.kind in ("s8r", "u4r")) else t
                 for i, t in enumerate(self._tiles)]
 
     def kernel_args(self) -> tuple[tuple[torch.Tensor, ...], int, int]:

@@ -9,7 +9,10 @@ fixed chain per output element, block after block, with no fused multiply-add:
 except kind "s8r" (W8A8: `w8a8_int8`), whose activations are quantized once per row and whose weights have
 one scale per column: its integer sum runs over the whole row, then one product per output element,
     s8r: y = float(isum) * (s * dx)
-so that the AMX tiles accumulate a row's products in int32 without a float chain per block.
+so that the AMX tiles accumulate a row's products in int32 without a float chain per block; and kind "u4r"
+(`int4`), whose 4-bit quants have an integer multiplier a and offset c per block on top of one float scale
+per column, so that a row's sum is exact in int32 as well (activations per row, sxq the block's sum of qx):
+    u4r: y = float(sum over blocks of a * isum - c * sxq) * (s * dx)
 """
 
 from __future__ import annotations
@@ -54,20 +57,24 @@ class BlockWeights:
     kind "u4": w = s * q - m, q in 0..15;
     kind "s8r": w = s * q with one s per column (repeated per block here), activations per row, each
     channel first multiplied by `act_scale` where there is one (SmoothQuant: the weights were fitted to x
-    times it, see smoothing.py).
+    times it, see smoothing.py);
+    kind "u4r": w = s * (a * q - c), q in 0..15, s per column (repeated per block), the integers a (>= 0) and c
+    per block in sub_scales[..., 0] and [..., 1]; activations per row and act_scale as s8r.
     """
 
     kind: str
     q: torch.Tensor  # [N, blocks, 32] int8 (s8) or uint8 (u4)
     scales: torch.Tensor  # [N, blocks] float32
     mins: torch.Tensor | None = None  # [N, blocks] float32 (u4)
-    sub_scales: torch.Tensor | None = None  # [N, blocks, 2] int16 (s8, Q6_K's per-16 scales)
+    sub_scales: torch.Tensor | None = None  # [N, blocks, 2] int16 (s8: Q6_K's per-16 scales; u4r: a and c)
     act_scale: torch.Tensor | None = None  # [K] float32 (s8r): x * act_scale is what gets quantized
 
     def dequantize(self) -> torch.Tensor:
         """float32 [N, K]: the weights the arithmetic multiplies by (up to its float rounding)."""
         q = self.q.float()
-        if self.sub_scales is not None:
+        if self.kind == "u4r":
+            q = q * self.sub_scales[..., :1].float() - self.sub_scales[..., 1:].float()
+        elif self.sub_scales is not None:
             q = q * self.sub_scales.float().repeat_interleave(BLOCK // 2, dim=-1)
         w = q * self.scales[..., None]
         if self.kind == "u4":
@@ -80,6 +87,10 @@ class BlockWeights:
 def _integer_dots(a: QuantizedActivations, w: BlockWeights) -> torch.Tensor:
     """isum [M, N, blocks] as float64 (exact: every term and sum is an integer below 2^53)."""
     q = w.q.double()
+    if w.kind == "u4r":  # sum over blocks of a * (q . qx) - c * sum(qx)
+        isum = torch.einsum("mbk,nbk->mnb", a.q.double(), q)
+        sub = w.sub_scales.double()
+        return isum * sub[None, :, :, 0] - a.q.double().sum(-1)[:, None, :] * sub[None, :, :, 1]
     if w.sub_scales is None:
         return torch.einsum("mbk,nbk->mnb", a.q.double(), q)
     half = BLOCK // 2
@@ -93,7 +104,7 @@ def reference_linear(x: torch.Tensor, w: BlockWeights) -> torch.Tensor:
     """x [M, K] @ dequant(w).T as float32 [M, N], bit-identical to the kernel."""
     if w.act_scale is not None:  # one float32 product per element, as the kernel's
         x = x.float() * w.act_scale
-    a = quantize_activations(x, per_row=w.kind == "s8r")
+    a = quantize_activations(x, per_row=w.kind in ("s8r", "u4r"))
     n = w.q.shape[0]
     out = []
     for lo in range(0, n, _COLUMNS_PER_CHUNK):
@@ -101,7 +112,7 @@ def reference_linear(x: torch.Tensor, w: BlockWeights) -> torch.Tensor:
                             None if w.mins is None else w.mins[lo : lo + _COLUMNS_PER_CHUNK],
                             None if w.sub_scales is None else w.sub_scales[lo : lo + _COLUMNS_PER_CHUNK],
                             w.act_scale)
-        if w.kind == "s8r":  # one exact sum over the row (float64 holds it), one rounding to float32
+        if w.kind in ("s8r", "u4r"):  # one exact sum over the row (float64 holds it), one rounding to float32
             t = part.scales[None, :, 0] * a.dx
             out.append(_integer_dots(a, part).sum(-1).float() * t)
             continue

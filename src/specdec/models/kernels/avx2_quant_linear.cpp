@@ -291,7 +291,7 @@ void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations
 void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
-  TORCH_CHECK(kind != 3, "kind 3 (s8r, x per row) runs in the AVX512 builds only");
+  TORCH_CHECK(kind < 3, "kinds 3 and 4 (s8r, u4r: x per row) run in the AVX512 builds only");
   if (m_size == 0 || tiles == 0) return;
   // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
   std::vector<float> xf;

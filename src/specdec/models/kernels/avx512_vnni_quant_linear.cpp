@@ -58,6 +58,7 @@
 #include "amx_int8_quant_tiles.h"
 #endif
 #include "avx512_w8a8_rows.h"
+#include "avx512_u4r_rows.h"
 
 int64_t amx_tile_rows(int64_t m_size, int64_t kind);
 
@@ -262,6 +263,17 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
   if (m_size == 0 || quants.size(0) == 0) return;
+  if (kind == 4) {  // u4r (int4): x per row, one int32 sum per output (avx512_u4r_rows.h)
+    static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
+    const float* xp = specdec_quant::float_rows(x, xf);
+    const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
+    const int16_t* ints = sub_scales.data_ptr<int16_t>();
+    if (scales.scalar_type() == at::kHalf)
+      specdec_u4r::run_rows(xp, act, m_size, k_size, static_cast<const uint16_t*>(scales.data_ptr()), quants, ints, y);
+    else
+      specdec_u4r::run_rows(xp, act, m_size, k_size, scales.data_ptr<float>(), quants, ints, y);
+    return;
+  }
   if (kind == 3) {  // s8r (w8a8_int8): x per row, one int32 sum per output (avx512_w8a8_rows.h)
     static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
     const float* xp = specdec_quant::float_rows(x, xf);
@@ -308,7 +320,8 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 16, 4], mins float [tiles, blocks, 16];
 // kind 2 (s5): quants uint8 [tiles, blocks, 5, 16, 4] (see tile_s5); kind 3 (s8r): kind 0's quants with one
 // scale per column, x quantized per row (avx512_w8a8_rows.h), mins empty or x's per-channel multipliers
-// [K] float32. Scales float32, or float16 values.
+// [K] float32; kind 4 (u4r): kind 1's quants, one scale per column, x per row, mins as kind 3, sub_scales
+// int16 [tiles, pairs of blocks, 64] (avx512_u4r_rows.h). Scales float32, or float16 values.
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
   return specdec_quant::linear_values(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, out_bf16);
@@ -338,6 +351,7 @@ int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear)
 int64_t amx_tile_rows(int64_t m_size, int64_t kind) {
 #ifdef SPECDEC_AMX_INT8
   if (kind == 3) return specdec_amx::amx_permitted() ? m_size : 0;  // every row, where K is a multiple of 64
+  if (kind == 4) return specdec_u4r::amx_rows(m_size, 64) ? m_size : 0;  // every row from kAmxFrom rows on
   return specdec_quant512::amx_rows(m_size, kind) ? m_size / 16 * 16 : 0;
 #else
   return 0;
@@ -348,7 +362,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("amx_tile_rows", &amx_tile_rows, "rows of a call that run on AMX-INT8", py::arg("m_size"),
         py::arg("kind"));
   m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
-  m.attr("quant_linear_rows_kind") = 3;  // kind 3 (s8r, w8a8_int8: x quantized per row) runs in this build
+  // kinds 3 (s8r, w8a8_int8) and 4 (u4r, int4), x quantized per row, run in this build (not the AVX2 one)
+  m.attr("quant_linear_row_kinds") = py::make_tuple(3, 4);
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant (AVX512-VNNI)",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);

@@ -22,31 +22,35 @@
 namespace specdec_quant {
 
 // x [M, K] float32 or bfloat16 (made contiguous here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
-// `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given. Kind 3
-// (s8r) only in the AVX512 builds (their module's quant_linear_rows_kind); the AVX2 build refuses it. Scales are
+// `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given. Kinds 3
+// (s8r) and 4 (u4r) only in the AVX512 builds (their module's quant_linear_row_kinds); the AVX2 build refuses
+// them. Scales are
 // float32 or float16 (GGUF's own fp16 scales, read exactly: 2 bytes a block less), u4's mins the same type;
 // kind 2 is s5 (s8 quants in -16..15 as nibbles and a bit plane).
 inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
                              const at::Tensor& sub_scales, int64_t kind, int64_t tile, int64_t block) {
   TORCH_CHECK(x.dim() == 2 && x.device().is_cpu(), "x [M, K] on the CPU");
-  TORCH_CHECK(kind >= 0 && kind <= 3, "kind 0 (s8), 1 (u4), 2 (s5) or 3 (s8r: x per row)");
+  TORCH_CHECK(kind >= 0 && kind <= 4, "kind 0 (s8), 1 (u4), 2 (s5), 3 (s8r: x per row) or 4 (u4r: x per row)");
   if (x.scalar_type() != at::kFloat && x.scalar_type() != at::kBFloat16) x = x.to(at::kFloat);  // read as is
   if (!x.is_contiguous()) x = x.contiguous();
   TORCH_CHECK(x.size(1) % block == 0, "K must be a multiple of 32");
   const int64_t blocks = x.size(1) / block, tiles = quants.size(0);
   TORCH_CHECK(quants.dim() == 5 && quants.size(1) == blocks &&
-              quants.size(2) == (kind == 0 || kind == 3 ? 8 : kind == 1 ? 4 : 5) &&
+              quants.size(2) == (kind == 0 || kind == 3 ? 8 : kind == 1 || kind == 4 ? 4 : 5) &&
               quants.size(3) == tile && quants.size(4) == 4 && quants.is_contiguous(), "quants layout");
   TORCH_CHECK(scales.is_contiguous() && mins.is_contiguous() && sub_scales.is_contiguous(), "contiguous");
   const bool sub = kind == 0 && sub_scales.numel() > 0;
   TORCH_CHECK((scales.scalar_type() == at::kFloat || scales.scalar_type() == at::kHalf) &&
-              (kind == 3 ? scales.numel() == tiles * tile
+              (kind >= 3 ? scales.numel() == tiles * tile
                          : scales.numel() == tiles * blocks * tile ||
                                (kind == 0 && !sub && scales.numel() == tiles * tile)),
-              "scales layout (kind 3: one per column)");
+              "scales layout (kinds 3 and 4: one per column)");
   TORCH_CHECK(kind != 3 || x.size(1) <= 32768, "kind 3 sums a row in int32: K at most 32768");
-  TORCH_CHECK(kind != 3 || mins.numel() == 0 || (mins.scalar_type() == at::kFloat && mins.numel() == x.size(1)),
-              "kind 3: mins empty or x's per-channel multipliers, [K] float32");
+  TORCH_CHECK(kind < 3 || mins.numel() == 0 || (mins.scalar_type() == at::kFloat && mins.numel() == x.size(1)),
+              "kinds 3 and 4: mins empty or x's per-channel multipliers, [K] float32");
+  TORCH_CHECK(kind != 4 || (sub_scales.scalar_type() == at::kShort &&
+                            sub_scales.numel() == tiles * ((blocks + 1) / 2) * 4 * tile),
+              "kind 4: sub_scales int16 [tiles, pairs of blocks, 4 * tile] (a and -c)");
   if (sub)
     TORCH_CHECK(sub_scales.scalar_type() == at::kShort && sub_scales.numel() == tiles * blocks * tile * 2, "sub");
   if (kind == 1)

@@ -1,0 +1,174 @@
+"""`int4` (kind u4r): 4-bit quants with an integer multiplier and offset per group of 32 on one float scale per
+column, activations quantized once per row (optionally after SmoothQuant's per-channel multipliers), so a
+row's sum is exact in int32. Each AVX512 build (the AMX-INT8 build's VNNI loop below 9 rows and its AMX tiles
+from 9 rows where K is a multiple of 64, and the VNNI-only build) gives the reference's bits for M = 1..64,
+row-invariant; the AVX2 build has no kind 4, so the weight runs in the reference there; the quantizer keeps
+the int32 bound and stays close to its float fit. (Non-finite inputs: tests/test_quantized_linear.py.)"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from specdec.models.greedy_argmax import greedy_argmax
+from specdec.quantization import quantized_weight
+from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
+from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
+from specdec.quantization.smoothing import channel_scales
+from specdec.quantization.weight_quantizers import (MAX_INT4_IN_FEATURES, int4_levels, quantize_int4,
+                                                   quantize_q4_1)
+
+from test_quantized_linear import build_or_skip, inputs, use_build
+
+AVX512 = ["amx_int8", "avx512_vnni"]
+
+
+@pytest.fixture(params=AVX512)
+def build(request, monkeypatch) -> str:
+    return use_build(request.param, monkeypatch)
+
+
+def random_int4(n: int, k: int, seed: int = 0, smooth: bool = False) -> BlockWeights:
+    """With `smooth`, SmoothQuant's channel scales from made-up activation maxima (a few outlier channels);
+    one column all zeros, one with a constant offset (c far from 0)."""
+    g = torch.Generator().manual_seed(seed)
+    w = torch.randn(n, k, generator=g) * 0.05
+    w[0] = 0.0
+    w[1] = w[1] * 0.01 + 0.3
+    if not smooth:
+        return quantize_int4(w)
+    x_max = torch.rand(k, generator=g) + 0.1
+    x_max[::17] *= 40
+    return quantize_int4(w, channel_scales=channel_scales(x_max, w))
+
+
+def packed(blocks: BlockWeights) -> tuple[torch.Tensor, ...]:
+    return pack_tiles(blocks, 16, half_scales=quantized_weight.halves_exact(blocks), per_column=True)
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+@pytest.mark.parametrize("n, k", [(8, 64), (13, 96), (200, 640), (40, 2048)])
+def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
+    """K = 96 has an odd number of blocks (a pair padded with a zero block; never on AMX tiles)."""
+    w = QuantizedWeight(random_int4(n, k, smooth=smooth), k, "int4")
+    assert (w.blocks.act_scale is not None) == smooth
+    assert w._kind_id == 4 and w.kind == "u4r"
+    for m in (7, 16):  # the VNNI loop, and AMX tiles in the AMX build
+        x = inputs(m, k)
+        assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
+        assert torch.equal(w.linear_rows(x, torch.bfloat16), reference_linear(x, w.blocks).bfloat16())
+
+
+@pytest.mark.parametrize("smooth", [False, True])
+@pytest.mark.parametrize("k", [640, 96])
+def test_every_row_count_equals_the_reference(build, k, smooth):
+    n = 44  # a partial tile
+    blocks = random_int4(n, k, seed=3, smooth=smooth)
+    tiles = packed(blocks)
+    module = quantized_weight.quant_kernel()
+    x = inputs(64, k, seed=4)
+    want = reference_linear(x, blocks)
+    alone = torch.cat([module.quant_linear(x[i : i + 1], *tiles, 4)[:, :n] for i in range(64)])
+    assert torch.equal(alone, want)
+    for m in range(1, 65):
+        assert torch.equal(module.quant_linear(x[:m], *tiles, 4)[:, :n], want[:m]), (build, m)
+
+
+def test_extreme_integers_stay_exact(build):
+    """a = 255 and |c| = 16 * 255 with full-scale activations on the widest K the levels allow at a = 255:
+    the int32 sums and the AMX path's 16 * C_hi + C_lo stay exact."""
+    k = 1536  # int4_levels(1536) == 255
+    assert int4_levels(k) == 255
+    n, blocks = 32, k // BLOCK
+    q = torch.full((n, blocks, BLOCK), 15, dtype=torch.uint8)
+    q[1::2] = 0
+    ints = torch.stack([torch.full((n, blocks), 255), torch.full((n, blocks), -4080)], -1).to(torch.int16)
+    ints[16:, :, 1] = 4080
+    b = BlockWeights("u4r", q, torch.full((n, blocks), 1e-6), sub_scales=ints)
+    x = torch.ones(16, k)
+    x[8:] = -1
+    want = reference_linear(x, b)
+    assert torch.equal(QuantizedWeight(b, k, "int4").linear_float(x), want)
+    exact = (b.dequantize().double() @ x.double().T).T
+    assert torch.allclose(want.double(), exact, rtol=1e-6)
+
+
+def test_threads_and_the_argmax_keep_the_bits(build):
+    k, n = 640, 1003
+    w = QuantizedWeight(random_int4(n, k, seed=5, smooth=True), k, "int4")
+    x = inputs(33, k, seed=6)
+    want = reference_linear(x, w.blocks)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(w.linear_float(x), want)
+            for m in (1, 5, 9, 16, 33):
+                assert torch.equal(w.greedy_rows(x[:m]), greedy_argmax(want[:m])), (threads, m)
+    finally:
+        torch.set_num_threads(before)
+    values, indices = w.max_columns(x, slice(16, 500))
+    assert torch.equal(indices, greedy_argmax(want[:, 16:500]))
+    assert torch.equal(values, want[:, 16:500].gather(1, indices[:, None])[:, 0])
+
+
+def test_the_amx_build_runs_calls_of_9_rows_or_more_on_amx():
+    module = build_or_skip("amx_int8")
+    if module.amx_tile_rows(64, 0) == 0:
+        pytest.skip("the OS did not grant the AMX tile state")
+    assert [module.amx_tile_rows(m, 4) for m in (1, 8, 9, 16, 33)] == [0, 0, 9, 16, 33]
+    assert build_or_skip("avx512_vnni").amx_tile_rows(16, 4) == 0
+
+
+def test_the_avx2_build_leaves_int4_to_the_reference(monkeypatch):
+    """No kind 4 in the AVX2 build: the weight runs in the reference (the same bits, slower)."""
+    use_build("avx2", monkeypatch)
+    module = quantized_weight.quant_kernel()
+    k = 96
+    w = QuantizedWeight(random_int4(13, k), k, "int4")
+    x = inputs(5, k)
+    assert w._kernel(x.device) is None and w.kernel_args()[2] == 0
+    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
+    with pytest.raises(RuntimeError, match="AVX512 builds only"):
+        module.quant_linear(x, *pack_tiles(w.blocks, 8, per_column=True), 4)
+
+
+def test_integer_groups_stay_close_to_the_float_fit():
+    """s * (a q - c) against Q4_1's s_g q - m_g: rounding a and c to the column's scale adds little (a up to
+    255; the refitted offset even gains a little here), no weight moves much more than a step of its group
+    (a rounded by up to half stretches a small group's grid by 1 / (2 a)), and the integers keep their bounds."""
+    g = torch.Generator().manual_seed(9)
+    w = torch.randn(64, 640, generator=g) * torch.rand(64, 1, generator=g) * 0.1
+    w[:, :32] += 0.2  # groups far from zero: large offsets
+    b, fit = quantize_int4(w), quantize_q4_1(w)
+    a, c = b.sub_scales[..., 0], b.sub_scales[..., 1]
+    assert int(a.min()) >= 1 and int(a.max()) == 255 and int(c.abs().max()) <= 16 * 255 and int(b.q.max()) <= 15
+    err = lambda x: (x.dequantize() - w).square().sum()  # noqa: E731
+    assert err(b) < 1.05 * err(fit)
+    step = fit.scales.repeat_interleave(BLOCK, dim=1)
+    assert ((b.dequantize() - w).abs() <= step * 1.25 + 1e-6).all()
+
+
+def test_levels_keep_the_int32_bound_and_too_wide_rows_are_refused():
+    for k in (640, 2048, 14336, MAX_INT4_IN_FEATURES):
+        levels = int4_levels(k)
+        assert 1 <= levels <= 255 and 31 * levels * 127 * k < 2**31
+    with pytest.raises(ValueError, match="int32"):
+        quantize_int4(torch.zeros(2, MAX_INT4_IN_FEATURES + BLOCK))
+
+
+def test_smoothing_keeps_the_product():
+    """x / t against W * t: the weights the arithmetic stands for stay close to W, and on outlier activations
+    the error against float64 is smaller than without smoothing."""
+    k, n = 640, 64
+    g = torch.Generator().manual_seed(11)
+    w = torch.randn(n, k, generator=g) * 0.05
+    x = torch.randn(32, k, generator=g)
+    x[:, ::40] *= 60
+    smoothed = quantize_int4(w, channel_scales=channel_scales(x.abs().amax(0), w))
+    assert (smoothed.dequantize() - w).abs().max() < 0.3 * w.abs().max()
+    exact = x.double() @ w.double().T
+    err = lambda b: (reference_linear(x, b).double() - exact).square().mean()  # noqa: E731
+    assert err(smoothed) < err(quantize_int4(w))
+    with pytest.raises(ValueError, match="channel_scales"):
+        quantize_int4(w, channel_scales=torch.zeros(k))
