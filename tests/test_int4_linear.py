@@ -2,8 +2,8 @@
 column, activations quantized once per row (optionally after SmoothQuant's per-channel multipliers), so a
 row's sum is exact in int32. Each AVX512 build (the AMX-INT8 build's VNNI loop below 9 rows and its AMX tiles
 from 9 rows where K is a multiple of 64, and the VNNI-only build) gives the reference's bits for M = 1..64,
-row-invariant; the AVX2 build has no kind 4, so the weight runs in the reference there; the quantizer keeps
-the int32 bound and stays close to its float fit. (Non-finite inputs: tests/test_quantized_linear.py.)"""
+row-invariant, and so does the AVX2 build (its own loop, avx2_quant_rows.h); the quantizer keeps the int32
+bound and stays close to its float fit. (Non-finite inputs: tests/test_quantized_linear.py.)"""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ from specdec.quantization.weight_quantizers import (MAX_INT4_IN_FEATURES, int4_l
 
 from test_quantized_linear import build_or_skip, inputs, use_build
 
-AVX512 = ["amx_int8", "avx512_vnni"]
+BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
 
-@pytest.fixture(params=AVX512)
+@pytest.fixture(params=BUILDS)
 def build(request, monkeypatch) -> str:
     return use_build(request.param, monkeypatch)
 
@@ -43,7 +43,9 @@ def random_int4(n: int, k: int, seed: int = 0, smooth: bool = False) -> BlockWei
 
 
 def packed(blocks: BlockWeights) -> tuple[torch.Tensor, ...]:
-    return pack_tiles(blocks, 16, half_scales=quantized_weight.halves_exact(blocks), per_column=True)
+    """Packed for the build under test (its tile width)."""
+    return pack_tiles(blocks, quantized_weight.quant_tile_width(), half_scales=quantized_weight.halves_exact(blocks),
+                      per_column=True)
 
 
 @pytest.mark.parametrize("smooth", [False, True])
@@ -75,7 +77,7 @@ def test_every_row_count_equals_the_reference(build, k, smooth):
 
 
 def test_extreme_integers_stay_exact(build):
-    """a = 255 and |c| = 16 * 255 with full-scale activations on the widest K the levels allow at a = 255:
+    """a = 255 and |c| = 16 * 255 with full-scale activations, on a K where the levels allow a = 255:
     the int32 sums and the AMX path's 16 * C_hi + C_lo stay exact."""
     k = 1536  # int4_levels(1536) == 255
     assert int4_levels(k) == 255
@@ -118,19 +120,6 @@ def test_the_amx_build_runs_calls_of_9_rows_or_more_on_amx():
         pytest.skip("the OS did not grant the AMX tile state")
     assert [module.amx_tile_rows(m, 4) for m in (1, 8, 9, 16, 33)] == [0, 0, 9, 16, 33]
     assert build_or_skip("avx512_vnni").amx_tile_rows(16, 4) == 0
-
-
-def test_the_avx2_build_leaves_int4_to_the_reference(monkeypatch):
-    """No kind 4 in the AVX2 build: the weight runs in the reference (the same bits, slower)."""
-    use_build("avx2", monkeypatch)
-    module = quantized_weight.quant_kernel()
-    k = 96
-    w = QuantizedWeight(random_int4(13, k), k, "int4")
-    x = inputs(5, k)
-    assert w._kernel(x.device) is None and w.kernel_args()[2] == 0
-    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
-    with pytest.raises(RuntimeError, match="AVX512 builds only"):
-        module.quant_linear(x, *pack_tiles(w.blocks, 8, per_column=True), 4)
 
 
 def test_integer_groups_stay_close_to_the_float_fit():

@@ -184,8 +184,7 @@ def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
 @pytest.mark.parametrize("kind, sub", CASES + [("s8r", False), ("u4r", False)])
 def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build, kind, sub):
     """A NaN or an infinity in x has no int8 value: its whole output row is NaN (as the reference's), not a
-    finite row that silently dropped it; the other rows keep their bits. (s8r and u4r, whose row is one
-    block: on the AVX2 build they run in the reference.)"""
+    finite row that silently dropped it; the other rows keep their bits. (s8r and u4r: the row is one block.)"""
     k, n = 96, 13
     w = QuantizedWeight(random_blocks(kind, n, k, sub=sub), k, kind)
     x = inputs(20, k)  # rows 0-15 a whole tile (AMX where the build has it), 16-19 the rest

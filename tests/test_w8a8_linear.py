@@ -1,8 +1,8 @@
 """`w8a8_int8` (kind s8r): int8 weights per column with activations quantized once per row, optionally after
-SmoothQuant's per-channel multipliers. Each AVX512 build (AMX-INT8 for K a multiple of 64, its VNNI loop
-otherwise, and the VNNI-only build) gives the reference's bits for M = 1..64, row-invariant; the AVX2 build
-has no kind 3, so the weight runs in the reference there; the error stays within what the row quantization
-allows. (Non-finite inputs: tests/test_quantized_linear.py, kind s8r.)"""
+SmoothQuant's per-channel multipliers. Each build (AMX-INT8 for K a multiple of 64, its VNNI loop otherwise,
+the VNNI-only build, and the AVX2 build's own loop, avx2_quant_rows.h) gives the reference's bits for
+M = 1..64, row-invariant; the error stays within what the row quantization allows. (Non-finite inputs:
+tests/test_quantized_linear.py, kind s8r.)"""
 
 from __future__ import annotations
 
@@ -18,10 +18,10 @@ from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantiz
 
 from test_quantized_linear import build_or_skip, inputs, use_build
 
-AVX512 = ["amx_int8", "avx512_vnni"]
+BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
 
-@pytest.fixture(params=AVX512)
+@pytest.fixture(params=BUILDS)
 def build(request, monkeypatch) -> str:
     return use_build(request.param, monkeypatch)
 
@@ -54,7 +54,7 @@ def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
 def test_every_row_count_equals_the_reference(build, k, smooth):
     n = 44  # a partial tile
     blocks = random_w8a8(n, k, seed=3, smooth=smooth)
-    tiles = pack_tiles(blocks, 16, half_scales=True, per_column=True)
+    tiles = pack_tiles(blocks, quantized_weight.quant_tile_width(), half_scales=True, per_column=True)
     module = quantized_weight.quant_kernel()
     x = inputs(64, k, seed=4)
     want = reference_linear(x, blocks)
@@ -89,20 +89,6 @@ def test_the_amx_build_runs_every_row_on_amx():
         pytest.skip("the OS did not grant the AMX tile state")
     assert [module.amx_tile_rows(m, 3) for m in (1, 7, 16, 33)] == [1, 7, 16, 33]
     assert build_or_skip("avx512_vnni").amx_tile_rows(16, 3) == 0
-
-
-def test_the_avx2_build_leaves_w8a8_to_the_reference(monkeypatch):
-    """No kind 3 in the AVX2 build: the weight runs in the reference (the same bits, slower) rather than
-    sending the kernel a kind it refuses."""
-    use_build("avx2", monkeypatch)
-    module = quantized_weight.quant_kernel()
-    k = 96
-    w = QuantizedWeight(random_w8a8(13, k), k, "w8a8_int8")
-    x = inputs(5, k)
-    assert w._kernel(x.device) is None and w.kernel_args()[2] == 0
-    assert torch.equal(w.linear_float(x), reference_linear(x, w.blocks))
-    with pytest.raises(RuntimeError, match="AVX512 builds only"):
-        module.quant_linear(x, *pack_tiles(w.blocks, 8, per_column=True), 3)
 
 
 def test_within_the_row_quantization_error_of_float64():

@@ -138,7 +138,8 @@ class QuantizedWeight:
 
     def _kernel(self, device: torch.device) -> object | None:
         """The compiled module for this weight and inputs on `device`, or None (then reference_linear): the
-        CPU, and a build that has this kind (s8r and u4r, activations per row: the AVX512 builds only)."""
+        CPU, and a build that has this kind (a module without quant_linear_row_kinds leaves s8r and u4r, the
+        kinds with activations per row, to the reference)."""
         if device.type != "cpu":
             return None
         module = quant_kernel()

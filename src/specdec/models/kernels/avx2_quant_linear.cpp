@@ -41,6 +41,7 @@
 #include <vector>
 
 #include "quant_linear_args.h"
+#include "avx2_quant_rows.h"
 
 namespace {
 
@@ -291,8 +292,19 @@ void run_tiles(const S* sp, const at::Tensor& scales_of_tiles, const Activations
 void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
-  TORCH_CHECK(kind < 3, "kinds 3 and 4 (s8r, u4r: x per row) run in the AVX512 builds only");
   if (m_size == 0 || tiles == 0) return;
+  if (kind >= 3) {  // s8r, u4r: x per row, one int32 sum per output (avx2_quant_rows.h)
+    std::vector<float> xf;
+    const float* xp = specdec_quant::float_rows(x, xf);
+    const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
+    const int16_t* ints = kind == 4 ? sub_scales.data_ptr<int16_t>() : nullptr;
+    if (scales.scalar_type() == at::kHalf)
+      specdec_rows2::run_rows(xp, act, m_size, k_size, static_cast<const uint16_t*>(scales.data_ptr()), quants, ints,
+                              kind, y);
+    else
+      specdec_rows2::run_rows(xp, act, m_size, k_size, scales.data_ptr<float>(), quants, ints, kind, y);
+    return;
+  }
   // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
   std::vector<float> xf;
   std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
@@ -313,7 +325,8 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
 // out_bf16 bfloat16.
 // kind 0 (s8): quants int8 [tiles, blocks, 8, 8, 4], sub_scales int16 [tiles, blocks, 8, 2] or empty;
 // kind 1 (u4): quants uint8 [tiles, blocks, 4, 8, 4], mins float [tiles, blocks, 8];
-// kind 2 (s5): quants uint8 [tiles, blocks, 5, 8, 4] (see the header).
+// kind 2 (s5): quants uint8 [tiles, blocks, 5, 8, 4] (see the header); kinds 3 (s8r) and 4 (u4r), x per row:
+// avx2_quant_rows.h.
 at::Tensor quant_linear(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins, at::Tensor sub_scales,
                         int64_t kind, bool out_bf16) {
   return specdec_quant::linear_values(run, kTile, kBlock, x, quants, scales, mins, sub_scales, kind, out_bf16);
@@ -338,6 +351,7 @@ int64_t quant_linear_address() { return reinterpret_cast<int64_t>(&quant_linear)
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("quant_linear_address", &quant_linear_address, "quant_linear as a function address");
+  m.attr("quant_linear_row_kinds") = py::make_tuple(3, 4);  // kinds 3 and 4 (x quantized per row) run here too
   m.def("quant_linear", &quant_linear, "x @ dequant(W).T for s8 / u4 tiled weights, row-invariant",
         py::arg("x"), py::arg("quants"), py::arg("scales"), py::arg("mins"), py::arg("sub_scales"), py::arg("kind"),
         py::arg("out_bf16") = false);

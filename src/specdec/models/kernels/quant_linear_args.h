@@ -23,8 +23,7 @@ namespace specdec_quant {
 
 // x [M, K] float32 or bfloat16 (made contiguous here) against the tiled weight's tensors for `kind` (0: s8, 1: u4) with
 // `tile` output columns per tile and K in blocks of `block`; returns whether s8 sub-scales are given. Kinds 3
-// (s8r) and 4 (u4r) only in the AVX512 builds (their module's quant_linear_row_kinds); the AVX2 build refuses
-// them. Scales are
+// (s8r) and 4 (u4r) quantize x per row (the modules' quant_linear_row_kinds). Scales are
 // float32 or float16 (GGUF's own fp16 scales, read exactly: 2 bytes a block less), u4's mins the same type;
 // kind 2 is s5 (s8 quants in -16..15 as nibbles and a bit plane).
 inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::Tensor& scales, const at::Tensor& mins,
