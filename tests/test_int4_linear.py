@@ -10,7 +10,6 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.models.greedy_argmax import greedy_argmax
 from specdec.quantization import quantized_weight
 from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
@@ -18,7 +17,7 @@ from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import (MAX_INT4_IN_FEATURES, int4_levels, quantize_int4,
                                                    quantize_q4_1)
 
-from test_quantized_linear import build_or_skip, inputs, use_build
+from test_quantized_linear import assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build
 
 BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
@@ -98,20 +97,7 @@ def test_extreme_integers_stay_exact(build):
 def test_threads_and_the_argmax_keep_the_bits(build):
     k, n = 640, 1003
     w = QuantizedWeight(random_int4(n, k, seed=5, smooth=True), k, "int4")
-    x = inputs(33, k, seed=6)
-    want = reference_linear(x, w.blocks)
-    before = torch.get_num_threads()
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            assert torch.equal(w.linear_float(x), want)
-            for m in (1, 5, 9, 16, 33):
-                assert torch.equal(w.greedy_rows(x[:m]), greedy_argmax(want[:m])), (threads, m)
-    finally:
-        torch.set_num_threads(before)
-    values, indices = w.max_columns(x, slice(16, 500))
-    assert torch.equal(indices, greedy_argmax(want[:, 16:500]))
-    assert torch.equal(values, want[:, 16:500].gather(1, indices[:, None])[:, 0])
+    assert_threads_and_argmax_keep_the_bits(w, inputs(33, k, seed=6), (1, 5, 9, 16, 33))
 
 
 def test_the_amx_build_runs_calls_of_9_rows_or_more_on_amx():

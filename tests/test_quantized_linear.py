@@ -37,6 +37,26 @@ def use_build(isa: str, monkeypatch) -> str:
     return isa
 
 
+def assert_threads_and_argmax_keep_the_bits(w: QuantizedWeight, x: torch.Tensor, rows: tuple[int, ...]) -> None:
+    """w's values on one thread and two, its fused argmax for the first `rows` of x, and its slice maxima all
+    give the reference's bits (the row kinds' tests share this)."""
+    from specdec.models.greedy_argmax import greedy_argmax
+
+    want = reference_linear(x, w.blocks)
+    before = torch.get_num_threads()
+    try:
+        for threads in (1, 2):
+            torch.set_num_threads(threads)
+            assert torch.equal(w.linear_float(x), want)
+            for m in rows:
+                assert torch.equal(w.greedy_rows(x[:m]), greedy_argmax(want[:m])), (threads, m)
+    finally:
+        torch.set_num_threads(before)
+    values, indices = w.max_columns(x, slice(16, 500))
+    assert torch.equal(indices, greedy_argmax(want[:, 16:500]))
+    assert torch.equal(values, want[:, 16:500].gather(1, indices[:, None])[:, 0])
+
+
 @pytest.fixture(params=list(QUANT_BUILDS))
 def build(request, monkeypatch) -> str:
     """Runs a test once per build."""

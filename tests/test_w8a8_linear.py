@@ -9,14 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.models.greedy_argmax import greedy_argmax
 from specdec.quantization import quantized_weight
 from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantize_int8, quantize_w8a8
 
-from test_quantized_linear import build_or_skip, inputs, use_build
+from test_quantized_linear import assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build
 
 BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
@@ -67,20 +66,7 @@ def test_every_row_count_equals_the_reference(build, k, smooth):
 def test_threads_and_the_argmax_keep_the_bits(build):
     k, n = 640, 1003
     w = QuantizedWeight(random_w8a8(n, k, seed=5, smooth=True), k, "w8a8_int8")
-    x = inputs(33, k, seed=6)
-    want = reference_linear(x, w.blocks)
-    before = torch.get_num_threads()
-    try:
-        for threads in (1, 2):
-            torch.set_num_threads(threads)
-            assert torch.equal(w.linear_float(x), want)
-            for m in (1, 5, 16, 33):
-                assert torch.equal(w.greedy_rows(x[:m]), greedy_argmax(want[:m])), (threads, m)
-    finally:
-        torch.set_num_threads(before)
-    values, indices = w.max_columns(x, slice(16, 500))
-    assert torch.equal(indices, greedy_argmax(want[:, 16:500]))
-    assert torch.equal(values, want[:, 16:500].gather(1, indices[:, None])[:, 0])
+    assert_threads_and_argmax_keep_the_bits(w, inputs(33, k, seed=6), (1, 5, 16, 33))
 
 
 def test_the_amx_build_runs_every_row_on_amx():
