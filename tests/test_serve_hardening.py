@@ -311,10 +311,12 @@ def test_a_draft_model_loads_once_for_every_slot(zoo, monkeypatch):
     app = create_app(state)
     state.scheduler.start()
     try:
-        responses = call(app, *[("POST", "/v1/completions", {"json": completion(f"hello {i}", max_tokens=8)})
+        responses = call(app, *[("POST", "/v1/completions", {"json": completion(f"hello {i}", max_tokens=32)})
                                 for i in range(4)])
         assert all(r.status_code == 200 for r in responses)
-        assert len(state.scheduler.batch._proposers) == 4  # four slots ran at once, each with its own proposer
+        # several slots ran at once, each with its own proposer (how many overlapped depends on the machine's
+        # load: one request can finish before the last one is admitted)
+        assert 2 <= len(state.scheduler.batch._proposers) <= 4
         runtimes = {id(p.runtime.decoder) for p in state.scheduler.batch._proposers}
         assert len(runtimes) == 1  # ... sharing one copy of the draft model's weights
     finally:
