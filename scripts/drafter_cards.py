@@ -46,9 +46,10 @@ COMMANDS = {
                   "--feature-cache data/fc-a --cache-budget-gb 10` (`out/b8-snap`: the B=8 run's checkpoint at step "
                   "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
     "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19 "
-                 "--output out/train/dflash-b8-long2 --init-from out/train/dflash-b8-long1 --max-steps 1600 "
-                 "--tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 --threads 2 "
-                 "--max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 16",
+                 "--output out/train/dflash-b8-long3 --init-from src/specdec/drafters/gemma-3-270m-dflash-b8 "
+                 "--max-steps 1800 --tokens-per-step 2048 --lr 2e-4 --warmup-steps 20 --checkpoint-every 25 "
+                 "--threads 2 --max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 16` (the wall time "
+                 "below includes about 20 minutes stopped while benchmarks ran",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): <drafter>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
@@ -76,16 +77,16 @@ def describe(data: dict) -> str:
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
         "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
         "eagle3-long6", "xeon-fused-attention", "xeon-one-call", "defaults/auto-xeon", "dflash-long2",
-        "defaults/dflash-long2", "eagle3-long7"]
+        "defaults/dflash-long2", "eagle3-long7", "dflash-long3"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
-SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long2")]),
+SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long3")]),
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
                                       "held-out-before", "held-out-shipped", "defaults/check",
                                       "eagle3-long4-candidate", "hybrid-k7", "eagle3-trees-xeon", "eagle3-long6",
                                       "xeon-fused-attention", "xeon-one-call"}}
 # Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
 MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long7"): "out/train/eagle3-long7",
-               ("gemma-3-270m-dflash-b8", "dflash-long2"): "out/train/dflash-b8-long2"}
+               ("gemma-3-270m-dflash-b8", "dflash-long3"): "out/train/dflash-b8-long3"}
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:
@@ -120,6 +121,15 @@ def bench_rows(name: str, model_dir: str) -> list[str]:
     return [rows[k] for k in sorted(rows, key=lambda k: k[0])]  # by prompt set, in run order within one
 
 
+def closing(command: str) -> str:
+    """What ends a command written in backticks: a command may carry a note after its code ("... --flag` (note"),
+    which may itself end inside a code span or leave its parenthesis open."""
+    if "` (" not in command:
+        return "`"
+    note = command.split("` (", 1)[1]
+    return ("`" if note.count("`") % 2 else "") + (")" if note.count("(") + 1 > note.count(")") else "")
+
+
 def stages(name: str, directory: Path, report: dict) -> list[str]:
     out = []
     for i, st in enumerate([*earlier_stages(directory), None], start=1):
@@ -127,7 +137,8 @@ def stages(name: str, directory: Path, report: dict) -> list[str]:
             st = {"command": COMMANDS.get(name, "?"), "steps": report["steps"], "tokens_seen": report["tokens_seen"],
                   "wall_seconds": report["wall_seconds"], "data": report.get("data", LEGACY_DATA)}
         threads = "both threads" if "--threads 2" in st["command"] else "1 thread"
-        out += [f"{i}. `{st['command']}`", "",
+        command = f"`{st['command']}{closing(st['command'])}"
+        out += [f"{i}. {command}", "",
                 f"   {st['steps']} optimizer steps, {st['tokens_seen']} tokens seen, {st['wall_seconds'] / 60:.1f} min wall "
                 f"time on {threads} of the 2-core CPU while other jobs shared it (target features computed once and "
                 f"cached). Data: {describe(st['data'])}.", ""]
@@ -301,7 +312,7 @@ def main() -> None:
             if not bench_rows(directory.name, directory.name) and (directory / "README.md").is_file():
                 print(f"kept {directory / 'README.md'} (not in the latest bench run)")
                 continue
-            (directory / "README.md").write_text(card(directory))
+            (directory / "README.md").write_text(card(directory).rstrip("\n") + "\n")
             print(f"wrote {directory / 'README.md'}")
 
 
