@@ -77,7 +77,7 @@ def describe(data: dict) -> str:
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
         "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
         "eagle3-long6", "xeon-fused-attention", "xeon-one-call", "defaults/auto-xeon", "dflash-long2",
-        "defaults/dflash-long2", "eagle3-long7", "dflash-long3"]
+        "defaults/dflash-long2", "eagle3-long7", "dflash-long3", "defaults/dflash-long3"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long3")]),
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
