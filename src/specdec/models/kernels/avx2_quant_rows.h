@@ -3,7 +3,7 @@
 //     s8r: isum = q . qx                                            y = float(isum) * (s * dx)
 //     u4r: isum = sum over blocks of a * (q . qx) - c * sum(qx)    (the same product)
 // the bits of the AVX512 builds' avx512_w8a8_rows.h and avx512_u4r_rows.h, on CPUs without AVX512 (before,
-// these kinds ran in the torch reference there: the same bits, about a hundred times slower).
+// these kinds ran in the torch reference there: the same bits, about 80 times slower).
 // Integer products as the other AVX2 kinds do them (avx2_quant_linear.cpp): s8r's by maddubs of |qx| and
 // q with qx's sign (pairs up to 2 * 127 * 127), u4r's by maddubs of q (0..15) and qx, 8 groups added in int16
 // (up to 30480), then madd to int32; u4r's offsets per pair of blocks by one madd of -c with the two blocks'
