@@ -13,7 +13,8 @@
 //     weights are unpacked once per call into two B operands, ah * q and al * q (<= 225: unsigned bytes), so
 //     that TDPBSUD accumulates 16 rows' sums over all of k in two C tiles; isum = 16 C_hi + C_lo, then the
 //     same vpdpwssd for c. The unpacking (about 0.2 ops a weight, bound by vpmullw's one port) is paid once
-//     for every row of the call: 16 rows of the LM head cost about 2.5x one row (the VNNI loop's 4.2x).
+//     for every row of the call: 16 rows cost 2.3x one on the LM head, 2.5x on the layers (the former float
+//     chain per group 3.9x and 4.5x; docs/quantization-runs.md).
 // Bounds: weight_quantizers.int4_levels keeps |sum of (a q - c) qx| and every partial sum below 2^31.
 // Layout: quants as kind 1 (u4: [tiles][blocks][4][16][4], the high nibbles groups 4-7), scales one per
 // column [tiles][16], mins empty or x's per-channel multipliers [K] (SmoothQuant), sub_scales int16
