@@ -10,14 +10,14 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.quantization import quantized_weight
-from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
+from specdec.quantization.quantized_weight import QuantizedWeight
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import (MAX_INT4_IN_FEATURES, int4_levels, quantize_int4,
                                                    quantize_q4_1)
 
-from test_quantized_linear import assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build
+from test_quantized_linear import (assert_every_row_count_equals_the_reference,
+                                   assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build)
 
 BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
@@ -41,12 +41,6 @@ def random_int4(n: int, k: int, seed: int = 0, smooth: bool = False) -> BlockWei
     return quantize_int4(w, channel_scales=channel_scales(x_max, w))
 
 
-def packed(blocks: BlockWeights) -> tuple[torch.Tensor, ...]:
-    """Packed for the build under test (its tile width)."""
-    return pack_tiles(blocks, quantized_weight.quant_tile_width(), half_scales=quantized_weight.halves_exact(blocks),
-                      per_column=True)
-
-
 @pytest.mark.parametrize("smooth", [False, True])
 @pytest.mark.parametrize("n, k", [(8, 64), (13, 96), (200, 640), (40, 2048)])
 def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
@@ -64,15 +58,7 @@ def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
 @pytest.mark.parametrize("k", [640, 96])
 def test_every_row_count_equals_the_reference(build, k, smooth):
     n = 44  # a partial tile
-    blocks = random_int4(n, k, seed=3, smooth=smooth)
-    tiles = packed(blocks)
-    module = quantized_weight.quant_kernel()
-    x = inputs(64, k, seed=4)
-    want = reference_linear(x, blocks)
-    alone = torch.cat([module.quant_linear(x[i : i + 1], *tiles, 4)[:, :n] for i in range(64)])
-    assert torch.equal(alone, want)
-    for m in range(1, 65):
-        assert torch.equal(module.quant_linear(x[:m], *tiles, 4)[:, :n], want[:m]), (build, m)
+    assert_every_row_count_equals_the_reference(random_int4(n, k, seed=3, smooth=smooth), 4, k, n)
 
 
 def test_extreme_integers_stay_exact(build):

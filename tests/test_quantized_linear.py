@@ -37,6 +37,20 @@ def use_build(isa: str, monkeypatch) -> str:
     return isa
 
 
+def assert_every_row_count_equals_the_reference(blocks: BlockWeights, kind_id: int, k: int, n: int) -> None:
+    """The build under test's kernel on blocks packed for it (per-column scales, float16 where exact) gives the
+    reference's rows for 64 rows one at a time and for every M = 1..64 (the row kinds' tests share this)."""
+    tiles = quantized_weight.pack_tiles(blocks, quantized_weight.quant_tile_width(),
+                                        half_scales=quantized_weight.halves_exact(blocks), per_column=True)
+    module = quantized_weight.quant_kernel()
+    x = inputs(64, k, seed=4)
+    want = reference_linear(x, blocks)
+    alone = torch.cat([module.quant_linear(x[i : i + 1], *tiles, kind_id)[:, :n] for i in range(64)])
+    assert torch.equal(alone, want)
+    for m in range(1, 65):
+        assert torch.equal(module.quant_linear(x[:m], *tiles, kind_id)[:, :n], want[:m]), m
+
+
 def assert_threads_and_argmax_keep_the_bits(w: QuantizedWeight, x: torch.Tensor, rows: tuple[int, ...]) -> None:
     """w's values on one thread and two, its fused argmax for the first `rows` of x, and its slice maxima all
     give the reference's bits (the row kinds' tests share this)."""

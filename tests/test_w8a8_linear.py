@@ -9,13 +9,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from specdec.quantization import quantized_weight
-from specdec.quantization.quantized_weight import QuantizedWeight, pack_tiles
+from specdec.quantization.quantized_weight import QuantizedWeight
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
 from specdec.quantization.smoothing import channel_scales
 from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantize_int8, quantize_w8a8
 
-from test_quantized_linear import assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build
+from test_quantized_linear import (assert_every_row_count_equals_the_reference,
+                                   assert_threads_and_argmax_keep_the_bits, build_or_skip, inputs, use_build)
 
 BUILDS = ["amx_int8", "avx512_vnni", "avx2"]
 
@@ -52,15 +52,7 @@ def test_kernel_equals_reference_bit_for_bit(build, n, k, smooth):
 @pytest.mark.parametrize("k", [640, 96])
 def test_every_row_count_equals_the_reference(build, k, smooth):
     n = 44  # a partial tile
-    blocks = random_w8a8(n, k, seed=3, smooth=smooth)
-    tiles = pack_tiles(blocks, quantized_weight.quant_tile_width(), half_scales=True, per_column=True)
-    module = quantized_weight.quant_kernel()
-    x = inputs(64, k, seed=4)
-    want = reference_linear(x, blocks)
-    alone = torch.cat([module.quant_linear(x[i : i + 1], *tiles, 3)[:, :n] for i in range(64)])
-    assert torch.equal(alone, want)
-    for m in range(1, 65):
-        assert torch.equal(module.quant_linear(x[:m], *tiles, 3)[:, :n], want[:m]), (build, m)
+    assert_every_row_count_equals_the_reference(random_w8a8(n, k, seed=3, smooth=smooth), 3, k, n)
 
 
 def test_threads_and_the_argmax_keep_the_bits(build):

@@ -45,6 +45,7 @@
 
 namespace {
 
+using specdec_quant::for_row_blocks;
 constexpr int64_t kBlock = 32;
 constexpr int64_t kTile = 8;
 #ifndef PF_AHEAD
@@ -207,19 +208,6 @@ void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, c
     }
   }
   store_rows<R>(acc, row0, y, col);
-}
-
-// Calls f(R, m) over the rows in blocks of 4, then one block of the 1-3 left (R a compile-time constant).
-template <typename F>
-void for_row_blocks(int64_t m_size, F&& f) {
-  int64_t m = 0;
-  for (; m + 4 <= m_size; m += 4) f(std::integral_constant<int, 4>{}, m);
-  switch (m_size - m) {
-    case 3: f(std::integral_constant<int, 3>{}, m); break;
-    case 2: f(std::integral_constant<int, 2>{}, m); break;
-    case 1: f(std::integral_constant<int, 1>{}, m); break;
-    default: break;
-  }
 }
 
 // Quantizes rows of x (float32 [M, K], K a multiple of 32) per block of 32, see the header.

@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
-#include <type_traits>
 #include <vector>
 
 #include "quant_linear_args.h"
@@ -163,7 +162,10 @@ void tile_u4r(const uint8_t* w, const int16_t* ints, const S* s, const RowQuant&
 template <typename S>
 void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, const S* sp, const at::Tensor& quants,
               const int16_t* ints, int64_t kind, const specdec_quant::OutputRows& y) {
-  RowQuant a;
+  // reused from call to call (prefill's rows would make fresh buffers an mmap and page faults); the OpenMP
+  // threads read the calling thread's through this reference
+  static thread_local RowQuant reused;
+  RowQuant& a = reused;
   a.m = m_size;
   a.k = k_size;
   a.blocks = k_size / kBlock;
@@ -179,21 +181,13 @@ void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, 
   for (int64_t t = 0; t < tiles; ++t) {
     const uint8_t* w = qp + t * tile_bytes;
     const S* s = sp + t * kTile;
-    int64_t m = 0;
-    auto rows = [&](auto r) {
+    specdec_quant::for_row_blocks(m_size, [&](auto r, int64_t m) {
       constexpr int R = decltype(r)::value;
       if (kind == 3)
         tile_s8r<R>(reinterpret_cast<const int8_t*>(w), s, a, m, y, t * kTile);
       else
         tile_u4r<R>(w, ints + t * pairs * kIntsPerPair, s, a, m, y, t * kTile);
-    };
-    for (; m + 4 <= m_size; m += 4) rows(std::integral_constant<int, 4>{});
-    switch (m_size - m) {
-      case 3: rows(std::integral_constant<int, 3>{}); break;
-      case 2: rows(std::integral_constant<int, 2>{}); break;
-      case 1: rows(std::integral_constant<int, 1>{}); break;
-      default: break;
-    }
+    });
   }
 }
 

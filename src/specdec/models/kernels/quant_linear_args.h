@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <cstring>
 #include <tuple>
+#include <type_traits>
 #include <limits>
 #include <vector>
 
@@ -55,6 +56,20 @@ inline bool check_quant_args(at::Tensor& x, const at::Tensor& quants, const at::
   if (kind == 1)
     TORCH_CHECK(mins.scalar_type() == scales.scalar_type() && mins.numel() == tiles * blocks * tile, "mins");
   return sub;
+}
+
+// Calls f(R, m) over the rows in blocks of 4, then one block of the 1-3 left (R a compile-time constant): the
+// AVX2 loops keep R rows' sums in registers.
+template <typename F>
+void for_row_blocks(int64_t m_size, F&& f) {
+  int64_t m = 0;
+  for (; m + 4 <= m_size; m += 4) f(std::integral_constant<int, 4>{}, m);
+  switch (m_size - m) {
+    case 3: f(std::integral_constant<int, 3>{}, m); break;
+    case 2: f(std::integral_constant<int, 2>{}, m); break;
+    case 1: f(std::integral_constant<int, 1>{}, m); break;
+    default: break;
+  }
 }
 
 // Scales between one block's and the next in a tile: s8 without sub-scales may store one scale per column
