@@ -42,7 +42,8 @@ def _train_settings(args: argparse.Namespace):
     return TrainSettings(epochs=args.epochs, lr=args.lr, warmup_steps=args.warmup_steps,
                          grad_clip=args.grad_clip, tokens_per_step=args.tokens_per_step,
                          checkpoint_every=args.checkpoint_every, val_fraction=args.val_fraction,
-                         seed=args.seed, max_seq_len=args.max_seq_len, max_steps=args.max_steps)
+                         seed=args.seed, max_seq_len=args.max_seq_len, max_steps=args.max_steps,
+                         max_minutes=args.max_minutes)
 
 
 def _context_vocab_arg(parser: argparse.ArgumentParser) -> None:
@@ -220,6 +221,10 @@ def _training_args(p: argparse.ArgumentParser, lr: float) -> None:
     p.add_argument("--max-samples", type=int, default=None)
     p.add_argument("--max-steps", type=int, default=None,
                    help="total optimizer steps (default: --epochs over the data)")
+    p.add_argument("--max-minutes", type=float, default=None,
+                   help="wall-clock budget of the whole run (a resumed run counts its earlier time): stop after "
+                        "the first optimizer step past it, then validate and save as at the end (the learning-"
+                        "rate schedule follows time when that is further along)")
     p.add_argument("--follow-data", action="store_true",
                    help="re-read --data at every epoch (train while `specdec data generate` still runs)")
     p.add_argument("--draft-vocab-size", type=int, default=None,
@@ -305,6 +310,10 @@ def add_training_parsers(sub: argparse._SubParsersAction) -> None:
     e3.add_argument("--max-seq-len", type=int, default=1024)
     e3.add_argument("--max-samples", type=int, default=None)
     e3.add_argument("--max-steps", type=int, default=None, help="total optimizer steps (default: --epochs over the data)")
+    e3.add_argument("--max-minutes", type=float, default=None,
+                    help="wall-clock budget of the whole run (a resumed run counts its earlier time): stop after "
+                         "the first optimizer step past it, then validate and save as at the end (the learning-"
+                         "rate schedule follows time when that is further along)")
     e3.add_argument("--follow-data", action="store_true",
                     help="re-read --data at every epoch (train while `specdec data generate` still runs)")
     e3.add_argument("--draft-vocab-size", type=int, default=None,

@@ -40,6 +40,10 @@ class TrainSettings:
     seed: int = 0
     max_seq_len: int = 1024
     max_steps: int | None = None  # total optimizer steps; default from epochs over the data at the start
+    # wall-clock budget of the whole run, a resumed one's earlier time included (a leased GPU, a session's
+    # end): training stops after the first optimizer step past it, and the learning-rate schedule runs on
+    # whichever of steps or time is further along
+    max_minutes: float | None = None
 
 
 @dataclass
@@ -101,10 +105,10 @@ def data_summary(train_set: Sequence[Sample], val_set: Sequence[Sample]) -> dict
             "generated_kinds": dict(sorted(kinds.items(), key=lambda kv: -kv[1]))}
 
 
-def _lr_factor(step: int, warmup: int, total: int) -> float:
+def _lr_factor(step: int, warmup: int, total: int, time_fraction: float = 0.0) -> float:
     if step < warmup:
         return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    progress = min(1.0, max((step - warmup) / max(1, total - warmup), time_fraction))
     return 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * progress))
 
 
@@ -182,13 +186,16 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
     tokens_per_epoch = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_set)
     total_steps = settings.max_steps or max(1, int(settings.epochs * tokens_per_epoch / settings.tokens_per_step))
     params = [p for p in objective.model.parameters() if p.requires_grad]
+    if any(p.is_cuda for p in params):
+        torch.backends.cuda.matmul.allow_tf32 = True  # float32 training on tensor cores; CPU runs are unaffected
     opt = torch.optim.AdamW(params, lr=settings.lr, betas=(0.9, 0.95), weight_decay=settings.weight_decay)
     state = {"step": 0, "epoch": 0, "position": 0, "tokens": 0, "seconds": 0.0}
     state_path = output / STATE_FILE
     if resume:
         saved = load_checkpoint(state_path)
-        fixed = {k: v for k, v in asdict(settings).items() if k != "max_steps"}  # the length may be extended
-        if {k: v for k, v in saved["settings"].items() if k != "max_steps"} != fixed:
+        length = ("max_steps", "max_minutes")  # the length may be extended
+        fixed = {k: v for k, v in asdict(settings).items() if k not in length}
+        if {k: v for k, v in saved["settings"].items() if k not in length} != fixed:
             raise ValueError(f"--resume with different settings: saved {saved['settings']}")
         objective.model.load_state_dict(saved["model"])
         objective.after_load()
@@ -215,12 +222,20 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
     objective.model.train()
     pending_tokens, losses = 0, []
     started = time.perf_counter() - state["seconds"]
-    while state["step"] < total_steps:
+    budget = None if settings.max_minutes is None else 60.0 * settings.max_minutes
+    first_step = state["step"]
+
+    def out_of_time() -> bool:
+        # between optimizer steps only (no accumulated gradient is dropped), and after at least one step
+        return (budget is not None and pending_tokens == 0 and state["step"] > first_step
+                and time.perf_counter() - started >= budget)
+
+    while state["step"] < total_steps and not out_of_time():
         if reload is not None and state["position"] == 0:
             train_set, val_set = partition(reload())
             tokens_per_epoch = sum(len(s.prompt_ids) + len(s.response_ids) for s in train_set)
         idx = order(state["epoch"])
-        while state["position"] < len(idx) and state["step"] < total_steps:
+        while state["position"] < len(idx) and state["step"] < total_steps and not out_of_time():
             sample = train_set[idx[state["position"]]]
             state["position"] += 1
             loss, m = objective.loss(sample)
@@ -233,7 +248,8 @@ def train(objective: Objective, samples: Sequence[Sample], output: Path, setting
             if pending_tokens < settings.tokens_per_step:
                 continue
             for group in opt.param_groups:
-                group["lr"] = settings.lr * _lr_factor(state["step"], settings.warmup_steps, total_steps)
+                elapsed = (time.perf_counter() - started) / budget if budget else 0.0
+                group["lr"] = settings.lr * _lr_factor(state["step"], settings.warmup_steps, total_steps, elapsed)
             grad_norm = float(torch.nn.utils.clip_grad_norm_(params, settings.grad_clip))
             opt.step()
             opt.zero_grad(set_to_none=True)
