@@ -29,7 +29,7 @@ from specdec.training.dflash_objective import (
 from specdec.training.eagle3_objective import default_aux_layers
 from specdec.training.features import FeatureExtractor
 from specdec.training.train_dflash import DFlashTrainOptions, train_dflash
-from specdec.training.trainer import TrainSettings
+from specdec.training.trainer import TrainSettings, split
 
 from eagle3_helpers import greedy_samples
 from stat_helpers import chi_square_pvalue, sample_token_ids
@@ -337,6 +337,20 @@ def test_training_reduces_loss_and_writes_a_drafter(trained_bigram_drafter):
     assert report["validation"]["step_accuracy"][0] > 0.5  # about 0.6 after 60 steps
     assert report["validation"]["estimated_chain_acceptance_length"] > 2.0  # about 3
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_the_validation_walk_is_the_acceptance_decoding_measures(zoo, trained_bigram_drafter):
+    """The report's greedy_walk_acceptance_length is what decoding the held-out responses measures (K = the
+    block's 7 slots, greedy); the position average of the slot accuracies is not."""
+    out, report = trained_bigram_drafter
+    target = zoo.load("bigram")
+    _, val = split(greedy_samples(target, 64), 0.1)  # the fixture's held-out samples
+    spec = LLM(loaded=target, speculative_config={"method": "dflash", "model": str(out)})
+    for s in val:
+        spec.generate({"prompt_token_ids": s.prompt_ids},
+                      SamplingParams(temperature=0.0, max_tokens=len(s.response_ids), ignore_eos=True))
+    walk, measured = report["validation"]["greedy_walk_acceptance_length"], spec.stats.mean_acceptance_length
+    assert measured > 1.5 and abs(walk - measured) < 0.1 * measured, (walk, measured)
 
 
 def test_trained_drafter_is_accepted(zoo, trained_bigram_drafter, tmp_path):

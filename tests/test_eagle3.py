@@ -14,7 +14,7 @@ from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter
 from specdec.training.eagle3_objective import default_aux_layers, default_eagle3_config
 from specdec.training.features import FeatureExtractor
 from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
-from specdec.training.trainer import TrainSettings, estimated_acceptance_length
+from specdec.training.trainer import TrainSettings, estimated_acceptance_length, split
 
 from eagle3_helpers import greedy_samples, make_random_eagle3
 from stat_helpers import chi_square_pvalue, sample_token_ids
@@ -173,6 +173,20 @@ def test_training_reduces_loss_and_writes_a_drafter(trained_bigram_drafter):
     assert last < 0.5 * first, (first, last)
     assert report["validation"]["step_accuracy"][0] > 0.5  # about 0.7 after 60 steps
     assert (out / "config.json").is_file() and (out / "model.safetensors").is_file()
+
+
+def test_the_validation_walk_is_the_acceptance_decoding_measures(zoo, trained_bigram_drafter):
+    """The report's greedy_walk_acceptance_length is what decoding the held-out responses measures with a
+    chain as long as the trained steps (3), greedy."""
+    out, report = trained_bigram_drafter
+    target = zoo.load("bigram")
+    _, val = split(greedy_samples(target, 64), 0.1)  # the fixture's held-out samples
+    spec = LLM(loaded=target, speculative_config={"method": "eagle3", "model": str(out), "num_speculative_tokens": 3})
+    for s in val:
+        spec.generate({"prompt_token_ids": s.prompt_ids},
+                      SamplingParams(temperature=0.0, max_tokens=len(s.response_ids), ignore_eos=True))
+    walk, measured = report["validation"]["greedy_walk_acceptance_length"], spec.stats.mean_acceptance_length
+    assert measured > 1.5 and abs(walk - measured) < 0.1 * measured, (walk, measured)
 
 
 def test_trained_drafter_is_accepted_chain_and_tree(zoo, trained_bigram_drafter, tmp_path):

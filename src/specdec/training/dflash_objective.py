@@ -147,4 +147,5 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
     alive = torch.cat([torch.ones_like(prefix[:, :1]), prefix[:, :-1]], dim=1)  # slots 1..i-1 all right
     counted = (alive & scored[:, 1:]).sum(0).tolist()
     correct = prefix.sum(0).tolist()
-    return loss, StepMetrics(float(loss.detach()), correct, counted)
+    runs = dict(zip(anchors.tolist(), prefix.sum(1).tolist()))  # drafts kept with the pending token there
+    return loss, StepMetrics(float(loss.detach()), correct, counted, runs=runs)

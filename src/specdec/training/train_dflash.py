@@ -94,7 +94,9 @@ class DFlashObjective:
         gen = self.generator if self.model.training else torch.Generator().manual_seed(zlib.crc32(sample.id.encode()))
         prompt_len = len(sample.prompt_ids)
         score_prompt = self.options.score_prompt and self.model.training  # validation: responses only
-        anchors = sample_anchors(1 if score_prompt else prompt_len, len(ids), self.options.num_anchors, gen)
+        # validation anchors every response position: greedy_walk follows the chain through all of them
+        count = self.options.num_anchors if self.model.training else len(ids)
+        anchors = sample_anchors(1 if score_prompt else prompt_len, len(ids), count, gen)
         # float32 throughout: on CPU it is several times faster than bf16 autocast, backward above all
         return dflash_loss(self.model, torch.tensor(ids), feats, anchors, self.t2d_index, self.gamma,
                            prompt_len, self.context_head if self.options.context_vocab else None)

@@ -12,7 +12,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -21,6 +21,7 @@ from tqdm import tqdm
 
 from specdec.atomic_write import write_text_atomic
 from specdec.training.checkpoint import load_checkpoint, save_checkpoint
+from specdec.training.greedy_walk import greedy_walk
 from specdec.training.output_dir import LOG_FILE, REPORT_FILE, STATE_FILE, check_output_dir, clear_previous_run
 from specdec.training.self_distill import Sample
 from specdec.training.train_log import append_record, truncate_log
@@ -53,6 +54,8 @@ class StepMetrics:
     loss: float
     correct: list[int]
     counted: list[int]
+    # drafts a greedy chain keeps with the pending token at each position (greedy_walk.leading_runs)
+    runs: dict[int, int] | None = field(default=None, kw_only=True)
 
 
 class Metrics(Protocol):
@@ -135,13 +138,22 @@ class Accuracy:
 @torch.no_grad()
 def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
     acc, loss = Accuracy(window=len(samples) + 1), 0.0
+    walked = [0, 0]  # tokens, steps
     objective.model.eval()
     for s in samples:
         _, m = objective.loss(s)
         acc.add(m)
         loss += m.loss
+        runs = getattr(m, "runs", None)
+        if runs:
+            tokens, steps = greedy_walk(runs, len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids) - 1)
+            walked = [walked[0] + tokens, walked[1] + steps]
     objective.model.train()
     out = {"loss": loss / max(len(samples), 1), "step_accuracy": acc.per_step(), "samples": len(samples)}
+    if walked[1]:
+        # what the bench's mean acceptance length measures on these responses (greedy, a chain as long as
+        # the drafter's steps or block), unlike the position average of the step accuracies
+        out["greedy_walk_acceptance_length"] = round(walked[0] / walked[1], 3)
     coverage = response_coverage(objective, samples)
     if coverage is not None:
         # step_accuracy skips positions whose label is outside the draft vocabulary, so a smaller vocabulary
