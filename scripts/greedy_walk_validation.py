@@ -56,7 +56,8 @@ def engine_config(method: str) -> dict:
     if method == "medusa":  # a chain of each head's top token
         return {"method": "medusa", "model": "gemma-3-270m-medusa", "medusa_choices": [[0], [0, 0], [0, 0, 0],
                                                                                        [0, 0, 0, 0]]}
-    return {"method": method, "model": shipped_name(method), "num_speculative_tokens": CHAIN}
+    # the whole chain: no confidence threshold (a drafter's stored one would apply otherwise)
+    return {"method": method, "model": shipped_name(method), "num_speculative_tokens": CHAIN, "confidence_threshold": 0.0}
 
 
 def main() -> None:
