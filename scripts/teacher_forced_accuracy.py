@@ -5,7 +5,9 @@ before it), on the target's greedy responses to the benchmark prompts instead of
 
 Compare it with the bench's acceptance per position to tell a generalisation gap (both low) from an
 inference bug (this high, the bench low). A bench step starts where the last one was rejected, so the
-bench's first-position rate is somewhat lower than this per-token average even for a correct engine.
+bench's first-position rate is somewhat lower than this per-token average even for a correct engine, and
+the chain acceptance these accuracies suggest overstates the bench's (scripts/greedy_walk_validation.py
+walks the responses as decoding does).
 
     .venv/bin/python scripts/teacher_forced_accuracy.py mtp gemma-3-270m-mtp [--steps 6]
     .venv/bin/python scripts/teacher_forced_accuracy.py dflash gemma-3-270m-dflash-b8
