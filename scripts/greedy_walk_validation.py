@@ -33,8 +33,8 @@ def shipped_name(method: str) -> str:
     return "gemma-3-270m-dflash-b8" if method == "dflash" else f"gemma-3-270m-{method}"
 
 
-def objective(method: str, target, samples):
-    drafter = resolve_drafter(shipped_name(method))
+def objective(method: str, model: str, target, samples):
+    drafter = resolve_drafter(model)
     if method == "eagle3":
         from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
 
@@ -52,12 +52,11 @@ def objective(method: str, target, samples):
     return DFlashObjective(target, samples, DFlashTrainOptions(init_from=drafter), None, 0)
 
 
-def engine_config(method: str) -> dict:
+def engine_config(method: str, model: str) -> dict:
     if method == "medusa":  # a chain of each head's top token
-        return {"method": "medusa", "model": "gemma-3-270m-medusa", "medusa_choices": [[0], [0, 0], [0, 0, 0],
-                                                                                       [0, 0, 0, 0]]}
+        return {"method": "medusa", "model": model, "medusa_choices": [[0], [0, 0], [0, 0, 0], [0, 0, 0, 0]]}
     # the whole chain: no confidence threshold (a drafter's stored one would apply otherwise)
-    return {"method": method, "model": shipped_name(method), "num_speculative_tokens": CHAIN, "confidence_threshold": 0.0}
+    return {"method": method, "model": model, "num_speculative_tokens": CHAIN, "confidence_threshold": 0.0}
 
 
 def main() -> None:
@@ -65,6 +64,7 @@ def main() -> None:
     ap.add_argument("--methods", default="dflash,eagle3,mtp,medusa")
     ap.add_argument("--samples", type=int, default=20)
     ap.add_argument("--engine", action="store_true", help="also decode the held-out prompts with each drafter")
+    ap.add_argument("--model", default=None, help="a drafter directory instead of the shipped one (one method)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--output", default=None)
     args = ap.parse_args()
@@ -74,13 +74,17 @@ def main() -> None:
     usable = [s for s in samples if s.response_ids and len(s.prompt_ids) + len(s.response_ids) <= 4608]
     held_out = split(usable, 0.03)[1][: args.samples]
     rows = []
-    for method in args.methods.split(","):
-        v = validate(objective(method, target, samples), held_out)
-        row = {"drafter": method, "samples": len(held_out), "step_accuracy": [round(a, 3) for a in v["step_accuracy"]],
+    methods = args.methods.split(",")
+    if args.model and len(methods) != 1:
+        raise SystemExit("--model replaces one method's drafter: give one --methods")
+    for method in methods:
+        model = args.model or shipped_name(method)
+        v = validate(objective(method, model, target, samples), held_out)
+        row = {"drafter": method, "model": model, "samples": len(held_out), "step_accuracy": [round(a, 3) for a in v["step_accuracy"]],
                "position_average": round(estimated_acceptance_length(v["step_accuracy"]), 3),
                "greedy_walk": v.get("greedy_walk_acceptance_length")}
         if args.engine:
-            llm = LLM(loaded=target, speculative_config=engine_config(method))
+            llm = LLM(loaded=target, speculative_config=engine_config(method, model))
             for s in held_out:
                 llm.generate({"prompt_token_ids": s.prompt_ids},
                              SamplingParams(temperature=0.0, max_tokens=len(s.response_ids), ignore_eos=True))
