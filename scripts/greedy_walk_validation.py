@@ -80,7 +80,8 @@ def main() -> None:
     for method in methods:
         model = args.model or shipped_name(method)
         v = validate(objective(method, model, target, samples), held_out)
-        row = {"drafter": method, "model": model, "samples": len(held_out), "step_accuracy": [round(a, 3) for a in v["step_accuracy"]],
+        row = {"drafter": method, "model": model, "samples": len(held_out),
+               "step_accuracy": [round(a, 3) for a in v["step_accuracy"]],
                "position_average": round(estimated_acceptance_length(v["step_accuracy"]), 3),
                "greedy_walk": v.get("greedy_walk_acceptance_length")}
         if args.engine:

@@ -8,7 +8,12 @@
 #
 # On the far side, scripts/train_dflash_on_gpu.sh gathers the parts (PARTS) and checks the sum.
 set -euo pipefail
-dest=$1; shift
+dest=${1:-}
+case "$dest" in  # the parts replace DEST.*: never a name whose .* would match other things
+  "" | . | .. | */) echo "usage: $0 DEST FILE_OR_FOLDER..." >&2; exit 2 ;;
+esac
+shift
+[ $# -gt 0 ] || { echo "usage: $0 DEST FILE_OR_FOLDER..." >&2; exit 2; }
 part_mb=${PART_MB:-55}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
