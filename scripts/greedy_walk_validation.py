@@ -25,31 +25,14 @@ from specdec.sampling_params import SamplingParams
 from specdec.training.self_distill import read_data
 from specdec.training.trainer import estimated_acceptance_length, split, validate
 
+from teacher_forced_accuracy import objective  # scripts/ is on sys.path when a script here runs
+
 DATA = "datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19"
 CHAIN = 7  # draft tokens: DFlash B=8's whole block, EAGLE-3's and MTP's chains unrolled as far
 
 
 def shipped_name(method: str) -> str:
     return "gemma-3-270m-dflash-b8" if method == "dflash" else f"gemma-3-270m-{method}"
-
-
-def objective(method: str, model: str, target, samples):
-    drafter = resolve_drafter(model)
-    if method == "eagle3":
-        from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
-
-        return Eagle3Objective(target, samples, Eagle3TrainOptions(init_from=drafter, ttt_steps=CHAIN), None, 0)
-    if method == "mtp":
-        from specdec.training.train_mtp import MTPObjective, MTPTrainOptions
-
-        return MTPObjective(target, samples, MTPTrainOptions(init_from=drafter, steps=CHAIN), None, 0)
-    if method == "medusa":
-        from specdec.training.train_medusa import MedusaObjective, MedusaTrainOptions
-
-        return MedusaObjective(target, samples, MedusaTrainOptions(init_from=drafter), None, 0)
-    from specdec.training.train_dflash import DFlashObjective, DFlashTrainOptions
-
-    return DFlashObjective(target, samples, DFlashTrainOptions(init_from=drafter), None, 0)
 
 
 def engine_config(method: str, model: str) -> dict:
@@ -79,7 +62,7 @@ def main() -> None:
         raise SystemExit("--model replaces one method's drafter: give one --methods")
     for method in methods:
         model = args.model or shipped_name(method)
-        v = validate(objective(method, model, target, samples), held_out)
+        v = validate(objective(method, resolve_drafter(model), target, CHAIN, True), held_out)
         row = {"drafter": method, "model": model, "samples": len(held_out),
                "step_accuracy": [round(a, 3) for a in v["step_accuracy"]],
                "position_average": round(estimated_acceptance_length(v["step_accuracy"]), 3),

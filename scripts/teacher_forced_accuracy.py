@@ -33,6 +33,17 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def objective(method: str, drafter: Path, target, steps: int, context_vocab: bool):
+    """The training objective of `drafter` (its shape, weights and vocabulary), for scoring only: `steps`
+    draft steps for EAGLE-3 and MTP (Medusa has its heads, DFlash its block)."""
+    if method == "eagle3":
+        from specdec.training.train_eagle3 import Eagle3Objective, Eagle3TrainOptions
+
+        options = Eagle3TrainOptions(init_from=drafter, ttt_steps=steps, context_vocab=context_vocab)
+        return Eagle3Objective(target, [], options, None, 0)
+    if method == "medusa":
+        from specdec.training.train_medusa import MedusaObjective, MedusaTrainOptions
+
+        return MedusaObjective(target, [], MedusaTrainOptions(init_from=drafter, context_vocab=context_vocab), None, 0)
     if method == "mtp":
         from specdec.training.train_mtp import MTPObjective, MTPTrainOptions
 
@@ -43,14 +54,14 @@ def objective(method: str, drafter: Path, target, steps: int, context_vocab: boo
 
         options = DFlashTrainOptions(init_from=drafter, num_anchors=1 << 20, context_vocab=context_vocab)
         return DFlashObjective(target, [], options, None, 0)
-    raise SystemExit(f"method must be mtp or dflash, got {method!r}")
+    raise SystemExit(f"method must be eagle3, medusa, mtp or dflash, got {method!r}")
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("method", choices=["mtp", "dflash"])
+    ap.add_argument("method", choices=["eagle3", "medusa", "mtp", "dflash"])
     ap.add_argument("drafter", help="drafter directory or shipped name")
-    ap.add_argument("--steps", type=int, default=6, help="mtp: draft depths scored")
+    ap.add_argument("--steps", type=int, default=6, help="eagle3, mtp: draft steps scored")
     ap.add_argument("--static-vocab", action="store_true", help="score the static draft vocabulary only")
     ap.add_argument("--mt-limit", type=int, default=10)
     ap.add_argument("--cache", default=str(ROOT / "out/plain-outputs.json"))

@@ -8,9 +8,10 @@ from specdec.training.trainer import estimated_acceptance_length
 
 
 def test_a_run_is_the_leading_right_steps_and_an_unscored_step_ends_it():
+    # positions before each drafted token: the pending token's position + the step
     hits = [(0, torch.tensor([5, 6, 7, 8]), torch.tensor([True, True, False, True])),
-            (1, torch.tensor([5, 6, 8]), torch.tensor([True, False, True])),  # 7 not scored at step 1
-            (2, torch.tensor([5, 7]), torch.tensor([False, True]))]
+            (1, torch.tensor([6, 7, 9]), torch.tensor([True, False, True])),  # 7 not scored at step 1
+            (2, torch.tensor([7, 9]), torch.tensor([False, True]))]
     assert leading_runs(hits) == {5: 2, 6: 1, 7: 0, 8: 2}
 
 

@@ -147,5 +147,5 @@ def dflash_loss(drafter: DFlashDrafter, ids: torch.Tensor, feats: SampleFeatures
     alive = torch.cat([torch.ones_like(prefix[:, :1]), prefix[:, :-1]], dim=1)  # slots 1..i-1 all right
     counted = (alive & scored[:, 1:]).sum(0).tolist()
     correct = prefix.sum(0).tolist()
-    runs = dict(zip(anchors.tolist(), prefix.sum(1).tolist()))  # drafts kept with the pending token there
-    return loss, StepMetrics(float(loss.detach()), correct, counted, runs=runs)
+    chain = [(i - 1, anchors + i - 1, hit[:, i]) for i in range(1, b)]  # slot i drafts after a_j + i - 1
+    return loss, StepMetrics(float(loss.detach()), correct, counted, chain_hits=chain)

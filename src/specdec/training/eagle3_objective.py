@@ -19,7 +19,6 @@ from specdec.models.loading import LoadedModel
 from specdec.training.context_columns import context_columns
 from specdec.training.features import SampleFeatures
 from specdec.training.labels import targets_and_labels
-from specdec.training.greedy_walk import leading_runs
 from specdec.training.trainer import StepMetrics
 
 
@@ -83,7 +82,7 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
     past_v: list[torch.Tensor] = []
     total = torch.zeros((), dtype=torch.float32)
     correct, counted = [], []
-    anchor_hits = []  # (step, pending position, right): the greedy chain's runs
+    chain = []  # (step, position before the drafted token, right): hits, and validation's greedy walk
     # steps after the first only need the indices from the earliest scored one on (a long prompt's response)
     offset = max(first - steps, 0) if skip_prompt_rows else 0
     for j in range(steps):
@@ -117,7 +116,7 @@ def ttt_loss(drafter: Eagle3Drafter, ids: torch.Tensor, prompt_len: int, feats: 
         total = total + (decay**j) * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         right = logits.argmax(-1) == labels
         correct.append(int(right.sum()))
-        anchor_hits.append((j, rows + 1, right))
-        if hits is not None:
-            hits.append((j, rows + 1 + j, right))
-    return total, StepMetrics(float(total.detach()), correct, counted, runs=leading_runs(anchor_hits))
+        chain.append((j, rows + 1 + j, right))
+    if hits is not None:
+        hits.extend(chain)
+    return total, StepMetrics(float(total.detach()), correct, counted, chain_hits=chain)

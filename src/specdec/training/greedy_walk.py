@@ -17,13 +17,14 @@ import torch
 
 def leading_runs(hit_rows: Iterable[tuple[int, torch.Tensor, torch.Tensor]]) -> dict[int, int]:
     """Per pending-token position, how many drafts of a greedy chain match the target's tokens: the leading
-    run of right steps. `hit_rows`: (draft step j, from 0; the pending position of each scored row; whether
-    its draft was right). A position not scored at step j (a label outside the vocabulary, the sequence's
-    end) ends its run there, as a draft that cannot be made ends the chain."""
+    run of right steps. `hit_rows`: (draft step j, from 0; the position before each scored drafted token,
+    i.e. the pending token's position + j, as the objectives' `hits` give it; whether the draft was right).
+    A position not scored at step j (a label outside the vocabulary, the sequence's end) ends its run
+    there, as a draft that cannot be made ends the chain."""
     right: dict[int, dict[int, bool]] = {}
     for step, positions, hit in hit_rows:
         for p, h in zip(positions.tolist(), hit.tolist()):
-            right.setdefault(p, {})[step] = bool(h)
+            right.setdefault(p - step, {})[step] = bool(h)
     runs = {}
     for p, steps in right.items():
         n = 0

@@ -19,7 +19,6 @@ from specdec.drafting.medusa_model import TOP_K, MedusaHeads
 from specdec.drafting.vocab_map import head_logits
 from specdec.training.context_columns import context_columns
 from specdec.training.labels import targets_and_labels
-from specdec.training.greedy_walk import leading_runs
 from specdec.training.trainer import StepMetrics
 
 
@@ -47,7 +46,7 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
     total = torch.zeros((), dtype=torch.float32)
     correct, counted = [], []
     ranks = torch.zeros(c.num_heads, TOP_K + 1, dtype=torch.long)
-    anchor_hits = []  # (head, pending position, right): the greedy chain's runs
+    chain = []  # (head, position before the drafted token, right): hits, and validation's greedy walk
     for k in range(c.num_heads):
         rows = torch.arange(max(first - 1 - k, 0), max(T - 2 - k, 0))  # label index i + 2 + k <= T - 1
         p, labels = targets_and_labels(target_logits[rows + 1 + k - first], final_hidden[rows + 1 + k], ids,
@@ -68,7 +67,7 @@ def medusa_loss(heads: MedusaHeads, ids: torch.Tensor, prompt_len: int, final_hi
             rank = (logits > logits.gather(1, labels[:, None])).sum(-1).clamp_(max=TOP_K)
             ranks[k] += torch.bincount(rank, minlength=TOP_K + 1).cpu()
         correct.append(int((rank == 0).sum()))
-        anchor_hits.append((k, rows + 1, rank == 0))
-        if hits is not None:
-            hits.append((k, rows + 1 + k, rank == 0))
-    return total, MedusaMetrics(float(total.detach()), correct, counted, ranks, runs=leading_runs(anchor_hits))
+        chain.append((k, rows + 1 + k, rank == 0))
+    if hits is not None:
+        hits.extend(chain)
+    return total, MedusaMetrics(float(total.detach()), correct, counted, ranks, chain_hits=chain)

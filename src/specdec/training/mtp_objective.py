@@ -20,7 +20,6 @@ from specdec.drafting.mtp_model import MTPDrafter, unroll
 from specdec.drafting.vocab_map import head_logits
 from specdec.training.context_columns import context_columns
 from specdec.training.labels import targets_and_labels
-from specdec.training.greedy_walk import leading_runs
 from specdec.training.trainer import StepMetrics
 
 
@@ -47,7 +46,7 @@ def mtp_loss(drafter: MTPDrafter, ids: torch.Tensor, prompt_len: int, final_hidd
     states = unroll(drafter, ids, final_hidden.float(), len(weights))
     total = torch.zeros((), dtype=torch.float32)
     correct, counted = [], []
-    anchor_hits = []  # (step, pending position, right): the greedy chain's runs
+    chain = []  # (step, position before the drafted token, right): hits, and validation's greedy walk
     for k, h in enumerate(states, start=1):
         rows = torch.arange(max(first - k, 0), h.shape[0])  # label index i + k + 1 >= first + 1
         p, labels = targets_and_labels(target_logits[rows + k - first], final_hidden[rows + k], ids, rows + k + 1,
@@ -66,7 +65,7 @@ def mtp_loss(drafter: MTPDrafter, ids: torch.Tensor, prompt_len: int, final_hidd
         total = total + weights[k - 1] * -(p * F.log_softmax(logits, dim=-1)).sum(-1).mean()
         right = logits.argmax(-1) == labels
         correct.append(int(right.sum()))
-        anchor_hits.append((k - 1, rows + 1, right))
-        if hits is not None:
-            hits.append((k - 1, rows + k, right))
-    return total, StepMetrics(float(total.detach()), correct, counted, runs=leading_runs(anchor_hits))
+        chain.append((k - 1, rows + k, right))
+    if hits is not None:
+        hits.extend(chain)
+    return total, StepMetrics(float(total.detach()), correct, counted, chain_hits=chain)

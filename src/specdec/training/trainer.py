@@ -21,7 +21,7 @@ from tqdm import tqdm
 
 from specdec.atomic_write import write_text_atomic
 from specdec.training.checkpoint import load_checkpoint, save_checkpoint
-from specdec.training.greedy_walk import greedy_walk
+from specdec.training.greedy_walk import greedy_walk, leading_runs
 from specdec.training.output_dir import LOG_FILE, REPORT_FILE, STATE_FILE, check_output_dir, clear_previous_run
 from specdec.training.self_distill import Sample
 from specdec.training.train_log import append_record, truncate_log
@@ -54,8 +54,8 @@ class StepMetrics:
     loss: float
     correct: list[int]
     counted: list[int]
-    # drafts a greedy chain keeps with the pending token at each position (greedy_walk.leading_runs)
-    runs: dict[int, int] | None = field(default=None, kw_only=True)
+    # (draft step, position before each drafted token, whether it was right): validation's greedy walk
+    chain_hits: list[tuple[int, torch.Tensor, torch.Tensor]] | None = field(default=None, kw_only=True)
 
 
 class Metrics(Protocol):
@@ -144,9 +144,10 @@ def validate(objective: Objective, samples: Sequence[Sample]) -> dict:
         _, m = objective.loss(s)
         acc.add(m)
         loss += m.loss
-        runs = getattr(m, "runs", None)
-        if runs:
-            tokens, steps = greedy_walk(runs, len(s.prompt_ids), len(s.prompt_ids) + len(s.response_ids) - 1)
+        chain_hits = getattr(m, "chain_hits", None)
+        if chain_hits:
+            tokens, steps = greedy_walk(leading_runs(chain_hits), len(s.prompt_ids),
+                                        len(s.prompt_ids) + len(s.response_ids) - 1)
             walked = [walked[0] + tokens, walked[1] + steps]
     objective.model.train()
     out = {"loss": loss / max(len(samples), 1), "step_accuracy": acc.per_step(), "samples": len(samples)}

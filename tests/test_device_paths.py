@@ -1,6 +1,7 @@
-"""The CUDA paths, on a GPU machine: greedy speculative decoding equals plain decoding there, and the learned
-drafters train there and are then accepted. CI has no GPU, so these are skipped on it; a machine with one runs
-`pytest tests/test_cuda_paths.py` (torch with CUDA, the test dependencies and `gguf`)."""
+"""Every device this machine has, named explicitly (`device=`): greedy speculative decoding equals plain
+decoding there, and the learned drafters train there and are then accepted. CI runs the CPU; a machine with a
+GPU runs the CUDA paths too (`pytest tests/test_device_paths.py`: torch with CUDA, the test dependencies and
+`gguf`)."""
 
 from __future__ import annotations
 
@@ -17,18 +18,20 @@ from eagle3_helpers import greedy_samples, make_random_eagle3
 from test_dflash import make_random_dflash
 from tiny_models import make_tiny_model
 
-pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 PROMPTS = ["The quick brown fox", "def fibonacci(n):"]
 GREEDY = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
 
 
-@pytest.fixture(scope="module")
-def targets(tmp_path_factory):
+@pytest.fixture(scope="module", params=DEVICES)
+def targets(request, tmp_path_factory):
     """A tiny Gemma 3 (sliding and global layers) and a bigram target (greedy output a drafter can learn)."""
-    root = tmp_path_factory.mktemp("cuda_targets")
-    return {"gemma3": load_model(make_tiny_model(root / "g", family="gemma3_text"), device="cuda"),
-            "bigram": load_model(make_tiny_model(root / "b", num_layers=2, seed=3, bigram=True), device="cuda")}
+    root = tmp_path_factory.mktemp(f"{request.param}_targets")
+    device = request.param
+    loaded = {"gemma3": load_model(make_tiny_model(root / "g", family="gemma3_text"), device=device),
+              "bigram": load_model(make_tiny_model(root / "b", num_layers=2, seed=3, bigram=True), device=device)}
+    assert all(t.device.type == device for t in loaded.values())
+    return loaded
 
 
 def greedy(llm: LLM) -> list[list[int]]:
@@ -36,9 +39,8 @@ def greedy(llm: LLM) -> list[list[int]]:
 
 
 @pytest.mark.parametrize("method", ["ngram", "dflash", "eagle3"])
-def test_greedy_speculative_output_equals_plain_on_cuda(targets, tmp_path, method):
+def test_greedy_speculative_output_equals_plain_on_the_device(targets, tmp_path, method):
     target = targets["gemma3"]
-    assert target.device.type == "cuda"
     config = {"ngram": {"method": "ngram", "num_speculative_tokens": 4},
               "dflash": {"method": "dflash", "model": make_random_dflash(target, tmp_path / "d", 200)},
               "eagle3": {"method": "eagle3", "model": make_random_eagle3(target, tmp_path / "e", 200),
@@ -47,7 +49,7 @@ def test_greedy_speculative_output_equals_plain_on_cuda(targets, tmp_path, metho
 
 
 @pytest.mark.parametrize("method", ["dflash", "eagle3"])
-def test_a_drafter_trained_on_cuda_is_accepted_and_lossless(targets, tmp_path, method):
+def test_a_drafter_trained_on_the_device_is_accepted_and_lossless(targets, tmp_path, method):
     target = targets["bigram"]
     samples = greedy_samples(target, 64)
     settings = TrainSettings(max_steps=60, tokens_per_step=256, lr=1e-2, warmup_steps=5, val_fraction=0.1,
