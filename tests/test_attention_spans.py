@@ -27,7 +27,7 @@ def _plain_rows(loaded, ids: list[int], prefix: int) -> torch.Tensor:
     return torch.cat(rows)
 
 
-@pytest.mark.parametrize("model", ["qwen2_sliding", "gemma_untied", "mistral"])
+@pytest.mark.parametrize("model", ["qwen2_sliding", "gemma_untied", "gemma_dim32", "mistral"])
 def test_a_token_gets_the_same_logits_in_any_kind_of_forward(zoo, model):
     loaded = zoo.load(model)
     rng = random.Random(7)

@@ -25,7 +25,7 @@ from test_engine import (  # noqa: F401  (small_prompt and exact_first_tokens ar
     small_prompt,
 )
 
-MODELS = ["llama", "gemma_untied", "qwen2_sliding", "wide_llama"]
+MODELS = ["llama", "gemma_untied", "gemma_dim32", "qwen2_sliding", "wide_llama"]
 
 
 def random_parents(rng: random.Random, n: int, tree: bool) -> list[int] | None:

@@ -1,4 +1,5 @@
-"""The attention scores kernel (AVX2 build): float32 q @ keys_t, each element a fixed-order chain over d."""
+"""The attention scores kernel: float32 q @ keys_t, each element a fixed-order chain over d (on the AMX build,
+for head dims that are multiples of 32, the tile unit's sum of 32 dims at a time, as its linears compute it)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,23 @@ def test_each_element_is_the_documented_float32_chain(slots):
     got = fast_linear.kernel().qk_scores(q, keys_t)
     assert got.dtype == torch.float32 and got.shape == (2, 9, slots)
     assert torch.equal(got, _chain(q, keys_t))
+
+
+@pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="the AMX build only")
+@pytest.mark.parametrize("dim, slots", [(32, 1), (64, 17), (256, 40), (256, 1600)])
+def test_amx_scores_are_the_tile_units_sums(dim, slots):
+    """Head dims that are multiples of 32 are scored on tiles: each element has the bits the AMX linear gives
+    for q @ keys (one TDPBF16PS per 32 dims in order, from zero), is closer to float64 than the FMA chain's
+    bound, and does not depend on the other rows."""
+    q, keys_t = _case(rows=37, dim=dim, slots=slots, seed=dim + slots)
+    k = fast_linear.kernel()
+    got = k.qk_scores(q, keys_t)
+    want = torch.stack([k.rows_linear(q[h], keys_t[h].t().contiguous()) for h in range(q.shape[0])])
+    assert torch.equal(got, want)
+    alone = torch.cat([k.qk_scores(q[:, i : i + 1], keys_t) for i in range(q.shape[1])], dim=1)
+    assert torch.equal(alone, got)
+    ref = q.double() @ keys_t.double()
+    torch.testing.assert_close(got.double(), ref, atol=1e-5 * float(ref.abs().max()), rtol=1e-5)
 
 
 def test_rows_are_bit_identical_for_any_row_count():

@@ -62,7 +62,7 @@ def has_repeated_siblings(draft: Draft) -> bool:
 SHAPES = {"wide": dict(depth=3, width=6), "deep": dict(depth=14, width=1), "bushy": dict(depth=8, width=3)}
 
 
-@pytest.mark.parametrize("model", ["llama", "gemma_untied", "qwen2_sliding", "mistral"])
+@pytest.mark.parametrize("model", ["llama", "gemma_untied", "gemma_dim32", "qwen2_sliding", "mistral"])
 @pytest.mark.parametrize("shape", list(SHAPES))
 def test_random_trees_greedy_equal_plain(zoo, model, shape):
     """Random shapes (deeper than the sliding window, up to 63 nodes), repeated sibling tokens, random node

@@ -54,7 +54,9 @@ _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
     "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", "amx_rows_argmax_linear.cpp",
-                                                 "amx_packed_linear.cpp", "amx_screened_argmax.cpp", *_AVX2_SHARED],
+                                                 "amx_packed_linear.cpp", "amx_screened_argmax.cpp", "amx_qk_scores.cpp",
+                                                 "amx_probs_values.cpp",
+                                                 *_AVX2_SHARED],
             [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
     # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) and bf16_packed_linear.cpp (the LM head, packed_head.py)
     "avx512_bf16": ("specdec_cpu_kernels_avx512bf16",

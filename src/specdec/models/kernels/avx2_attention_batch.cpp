@@ -41,6 +41,13 @@ void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int
                         int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf);
 void softmax_row_bf16(const float* s, int64_t len, int64_t first, float* e, uint16_t* out);
 at::Tensor softmax_rows(at::Tensor scores, int64_t first);
+#ifdef SPECDEC_AMX
+bool amx_values_ready(int64_t dim);
+void amx_attention_tiles_enter();
+void amx_attention_tiles_leave();
+bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
+                      int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims);
+#endif
 
 namespace {
 
@@ -92,6 +99,33 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
   const auto pv = probs_values_at(probs, values, tree ? span_order : order, n, first);
   out_rows.index_copy_(0, rows, pv.view({kv_heads, groups, n, dim}).permute({2, 0, 1, 3}).reshape({n, heads * dim}));
 }
+
+#ifdef SPECDEC_AMX
+// probs x values of every value head's gn rows (row hr = h * gn + i) on AMX tiles, all of a head's rows in one
+// amx_probs_values call (its values packed once for them), the heads' dims in parts on the threads.
+template <typename P, typename O, typename Out>
+void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity, const uint16_t* vp, int64_t first,
+                     int64_t len, int64_t threads, P prow_of, O order_of, Out out_of) {
+  const int64_t parts = std::clamp<int64_t>((threads + kv_heads - 1) / kv_heads, 1, dim / 16);
+  const int64_t dims = (dim / 16 + parts - 1) / parts * 16;
+  at::parallel_for(0, kv_heads * parts, 1, [&](int64_t t0, int64_t t1) {
+    std::vector<const uint16_t*> prows(static_cast<size_t>(gn));
+    std::vector<const int64_t*> orows(static_cast<size_t>(gn));
+    std::vector<uint16_t*> outs(static_cast<size_t>(gn));
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t h = t / parts, d0 = (t % parts) * dims;
+      if (d0 >= dim) continue;
+      for (int64_t i = 0; i < gn; ++i) {
+        prows[i] = prow_of(h * gn + i);
+        orows[i] = order_of(h * gn + i);
+        outs[i] = out_of(h * gn + i);
+      }
+      amx_probs_values(prows.data(), orows.data(), gn, vp + h * capacity * dim, first, len, dim, outs.data(), d0,
+                       std::min(dims, dim - d0));
+    }
+  });
+}
+#endif
 
 // span_rows with the same arithmetic on raw pointers and no tensor op: rows that read the cache in slot
 // order, or a verified tree's rows in their tree order (`order`, scored up to `reach_end`). A decoding
@@ -169,6 +203,11 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
     const int64_t h = hr / gn, g = (hr % gn) / n, j = hr % n;
     return op + rows[j] * out_row + (h * groups + g) * dim;
   };
+#ifdef SPECDEC_AMX
+  const bool tiles = amx_values_ready(dim);  // every row's values on tiles (amx_probs_values.cpp)
+#else
+  const bool tiles = false;
+#endif
   if (tree) {  // per token: each query head's row gathers its columns' scores, * scale + mask, softmax; then
     // the values, read in the token's slot order, for its query heads of one KV head four at a time (each
     // value vector loaded once for the four: one row at a time, a 16-node tree's attention over 2k tokens
@@ -190,6 +229,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
           }
           softmax_row_bf16(row.data(), len, first, e.data(), pb.data() + hr * len);
         }
+        if (tiles) continue;  // below, every token's rows together
         const uint16_t* vhead = vp + h * capacity * dim;
         int64_t g = 0;
         for (; g + 4 <= groups; g += 4) {
@@ -206,8 +246,26 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
         }
       }
     });
+#ifdef SPECDEC_AMX
+    if (tiles)  // row hr = (h * groups + g) * n + j reads token j's order
+      values_on_tiles(kv_heads, gn, dim, capacity, vp, first, len, threads,
+                      [&](int64_t hr) -> const uint16_t* { return pb.data() + hr * len; },
+                      [&](int64_t hr) -> const int64_t* { return order + rows[hr % n] * capacity + first; }, out_of);
+#endif
     return;
   }
+#ifdef SPECDEC_AMX
+  if (tiles) {
+    at::parallel_for(0, kv_heads * gn, kRowBlock, [&](int64_t r0, int64_t r1) {
+      std::vector<float> e(static_cast<size_t>(len));
+      for (int64_t hr = r0; hr < r1; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);
+    });
+    values_on_tiles(kv_heads, gn, dim, capacity, vp, first, len, threads,
+                    [&](int64_t hr) -> const uint16_t* { return pb.data() + hr * len; },
+                    [](int64_t) -> const int64_t* { return nullptr; }, out_of);
+    return;
+  }
+#endif
   // One decoding sequence's rows (a block or less, in fours per value head) on AVX512: the softmax, then
   // each four rows' values in parts of the head's dims on the threads.
   const int64_t dim_parts = std::min<int64_t>(threads, dim / 64);
@@ -413,6 +471,12 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   }
 #pragma omp parallel num_threads(threads)
   {
+#ifdef SPECDEC_AMX
+    // one tile configuration for all of this thread's sequences (amx_attention_tiles.h); the head dim is
+    // the model's, the same for every sequence
+    const bool tiles = !small.empty() && amx_values_ready(q.size(2));
+    if (tiles) amx_attention_tiles_enter();
+#endif
     const auto& mine = lists[static_cast<size_t>(omp_get_thread_num())];
     for (size_t j = 0; j < mine.size(); ++j) {
       const int64_t i = mine[j];
@@ -430,6 +494,9 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
         if (!error) error = std::current_exception();
       }
     }
+#ifdef SPECDEC_AMX
+    if (tiles) amx_attention_tiles_leave();
+#endif
   }
   if (error) std::rethrow_exception(error);
   return out;

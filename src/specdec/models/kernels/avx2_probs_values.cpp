@@ -213,6 +213,12 @@ void probs_values_rows4_ordered(const uint16_t* const* prows, const int64_t* oro
   }
 }
 
+#ifdef SPECDEC_AMX
+bool amx_values_ready(int64_t dim);
+bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
+                      int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims);
+#endif
+
 at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens, int64_t first) {
   TORCH_CHECK(probs.scalar_type() == at::kBFloat16 && values.scalar_type() == at::kBFloat16, "bfloat16 only");
   TORCH_CHECK(probs.dim() == 3 && values.dim() == 3 && probs.size(0) == values.size(0) &&
@@ -232,6 +238,27 @@ at::Tensor probs_values_at(at::Tensor probs, at::Tensor values, at::Tensor order
   const auto* vp = reinterpret_cast<const uint16_t*>(values.data_ptr<at::BFloat16>());
   const int64_t* op = ordered ? order.data_ptr<int64_t>() : nullptr;
   auto* outp = reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>());
+#ifdef SPECDEC_AMX
+  if (amx_values_ready(dim)) {  // each head's rows at once on tiles (amx_probs_values.cpp), its dims in halves
+    const int64_t parts = dim >= 64 ? 2 : 1, dims = (dim / 16 + parts - 1) / parts * 16;
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
+    for (int64_t t = 0; t < heads * parts; ++t) {
+      const int64_t h = t / parts, d0 = (t % parts) * dims;
+      std::vector<const uint16_t*> prows(rows);
+      std::vector<const int64_t*> orows(rows);
+      std::vector<uint16_t*> outs(rows);
+      for (int64_t r = 0; r < rows; ++r) {
+        prows[r] = pp + (h * rows + r) * slots;
+        orows[r] = ordered ? op + (r % tokens) * slots : nullptr;
+        outs[r] = outp + (h * rows + r) * dim;
+      }
+      if (d0 < dim)
+        amx_probs_values(prows.data(), orows.data(), rows, vp + h * capacity * dim, first, slots, dim, outs.data(), d0,
+                         std::min(dims, dim - d0));
+    }
+    return out;
+  }
+#endif
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
   for (int64_t hr = 0; hr < heads * rows; ++hr) {
     const int64_t h = hr / rows, r = hr % rows;

@@ -113,9 +113,21 @@ SPECDEC_AVX512 void score_span16(const float* q, int64_t rows, const uint16_t* k
   }
 }
 
+#ifdef SPECDEC_AMX
+}  // namespace
+bool amx_score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
+                    int64_t ldo, int64_t s0, int64_t s1);
+namespace {
+#endif
+
 // Slots [s0, s1) of `rows` query rows (out's row stride ldo): 24 slots at a time against every block of 4 rows.
+// The AMX build scores on tiles instead wherever the head dim allows (amx_qk_scores.cpp: other bits, the
+// same on every path).
 inline void score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t dim, int64_t stride, float* out,
                        int64_t ldo, int64_t s0, int64_t s1, specdec_bf16::Prefetcher* pf = nullptr) {
+#ifdef SPECDEC_AMX
+  if (amx_score_span(q, rows, keys, dim, stride, out, ldo, s0, s1)) return;
+#endif
   if (has_avx512()) return score_span16(q, rows, keys, dim, stride, out, ldo, s0, s1, pf);
   for (int64_t s = s0; s < s1; s += 24) {
     const int64_t e = std::min(s1, s + 24);

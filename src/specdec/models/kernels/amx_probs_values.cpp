@@ -1,0 +1,322 @@
+// Attention's probabilities x values on AMX-BF16 tiles (the AMX build only): where the head dim is a multiple
+// of 32, every path that runs probs x values (a decode step, a verified chain or tree, a prefill chunk,
+// decoder.attention's probs_values) runs it here, for all the rows of one value head that share a call.
+//
+// Why: the FMA loop (avx2_probs_values.cpp) spends one FMA per row, slot and 16 dims; at 1.6k slots the 64
+// query rows of a 16-token verification step took about 70 us per layer and thread there, the larger part
+// of the step's attention once the scores ran on tiles (amx_qk_scores.cpp). One TDPBF16PS is 16 rows x 16
+// dims x 32 columns.
+//
+// Arithmetic: the span's columns (column s reads slot first + s, or the slot a tree row's order names) are
+// taken in chunks of 32 from the span's first column, each chunk one TDPBF16PS into the row's float32
+// accumulator, in ascending order from zero, then rounded to bfloat16 (to nearest even). A row's span
+// starts where its own position puts it (avx2_attention_batch.cpp's attention_span), whatever shares the
+// call, and the columns it may not see are zero probabilities times finite values (the cache is zeroed when
+// sized; past the span, zeros), which change no sum. So a row's bits depend on its own probabilities and
+// values only: in plain decoding, in a verified chain or tree, in a prefill chunk or a batch.
+// Trees: rows read the value slots in their own orders. The leading chunks, where every row's order names
+// the same slots (the context), are computed for all rows at once; from the first chunk where two orders
+// differ (the tree's own slots), each order's rows continue from their stored accumulators with their own
+// values. A float32 accumulator stored and loaded again is unchanged, so these are the same bits.
+#include <ATen/Parallel.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "amx_attention_tiles.h"
+
+#pragma GCC push_options
+#pragma GCC target("amx-tile,amx-bf16,avx512f,avx512bw,avx512vl")
+
+namespace {
+
+constexpr int64_t kChunk = 32;  // columns per tile multiply (its k)
+
+// The value slot column `col` (absolute) of a row reads, or -1 outside the span [first, first + slots).
+inline int64_t slot_of(const int64_t* order, int64_t first, int64_t slots, int64_t col) {
+  if (col < first || col >= first + slots) return -1;
+  return order ? order[col - first] : col;
+}
+
+// One chunk's B tiles for dims [d0, d0 + dims): tile n (16 dims) row i holds, per dim, the values of the
+// chunk's columns 2i and 2i + 1 as one 32-bit word; a column outside the span gives zeros.
+inline void pack_values(const uint16_t* vhead, int64_t dim, const int64_t* order, int64_t first, int64_t slots,
+                        int64_t col0, int64_t d0, int64_t dims, uint32_t* b) {
+  const int64_t blocks = dims / 16;
+  for (int64_t i = 0; i < kChunk / 2; ++i) {
+    const int64_t sa = slot_of(order, first, slots, col0 + 2 * i), sb = slot_of(order, first, slots, col0 + 2 * i + 1);
+    const uint16_t* va = sa < 0 ? nullptr : vhead + sa * dim + d0;
+    const uint16_t* vb = sb < 0 ? nullptr : vhead + sb * dim + d0;
+    for (int64_t n = 0; n < blocks; ++n) {
+      const __m512i lo = va ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(va + 16 * n)))
+                            : _mm512_setzero_si512();
+      const __m512i hi = vb ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + 16 * n)))
+                            : _mm512_setzero_si512();
+      _mm512_storeu_si512(b + (n * 16 + i) * 16, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
+    }
+  }
+}
+
+// float32 -> bfloat16, to nearest even (no NaN comes out of a sum of finite products)
+inline void store_bf16x16(uint16_t* p, __m512 v) {
+  const __m512i bits = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+}
+
+}  // namespace
+
+// `nr` rows of one value head: row r's probabilities prows[r] over columns [first, first + slots), column s
+// reading value slot orows[r][s] (orows or orows[r] null: slot first + s), into outs[r]'s dims [d0, d0 + dims)
+// (bfloat16). False (nothing written) where it does not apply: dim, d0 or dims not multiples of 32 / 16, or
+// no AMX tile state from the OS.
+bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
+                      int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims) {
+  if (dim % 32 != 0 || d0 % 16 != 0 || dims % 16 != 0 || !specdec_amx::amx_permitted()) return false;
+  if (nr <= 0 || dims <= 0) return true;
+  const int64_t c_lo = first, c_hi = first + (slots + kChunk - 1) / kChunk * kChunk;
+  const int64_t chunks = (c_hi - c_lo) / kChunk, lda = c_hi - c_lo, row_tiles = (nr + 15) / 16, blocks = dims / 16;
+  auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
+  // the first column where two rows' orders name different slots: chunks before it are shared
+  int64_t shared = chunks;
+  for (int64_t r = 1; r < nr && shared > 0; ++r) {
+    if (order_of(r) == order_of(0)) continue;
+    for (int64_t s = 0; s < std::min(slots, (shared * kChunk + c_lo) - first); ++s)
+      if (slot_of(order_of(r), first, slots, first + s) != slot_of(order_of(0), first, slots, first + s)) {
+        shared = std::min(shared, (first + s - c_lo) / kChunk);
+        break;
+      }
+  }
+  // A: the rows' probabilities at absolute columns [c_lo, c_hi), zeros outside their span and past nr
+  static thread_local std::vector<uint16_t> a;
+  static thread_local std::vector<uint32_t> b;
+  static thread_local std::vector<float> c;
+  a.assign(static_cast<size_t>(row_tiles * 16 * lda), 0);
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(a.data() + r * lda + (first - c_lo), prows[r], slots * 2);
+  c.assign(static_cast<size_t>(row_tiles * 16 * dims), 0.0f);
+  const int64_t chunk_words = blocks * 256;  // one chunk's B tiles
+  b.resize(static_cast<size_t>(std::max<int64_t>(shared, 1) * chunk_words));
+  for (int64_t j = 0; j < shared; ++j)
+    pack_values(vhead, dim, order_of(0), first, slots, c_lo + j * kChunk, d0, dims, b.data() + j * chunk_words);
+  specdec_amx::AttentionTiles tiles;  // 16 rows x 64 bytes: C 0-3, A 4-5, B 6-7
+  const int64_t a_stride = lda * 2, c_stride = dims * 4;
+  // the shared chunks: 2 row tiles x 2 dim blocks of accumulators in the tiles across all of them
+  if (shared > 0)
+    for (int64_t g = 0; g < row_tiles; g += 2)
+      for (int64_t n = 0; n < blocks; n += 2) {
+        const bool two_g = g + 1 < row_tiles, two_n = n + 1 < blocks;
+        const uint16_t* a0 = a.data() + g * 16 * lda;
+        const uint16_t* a1 = a0 + 16 * lda;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t j = 0; j < shared; ++j) {
+          const uint32_t* bj = b.data() + j * chunk_words + n * 256;
+          _tile_loadd(4, a0 + j * kChunk, a_stride);
+          _tile_loadd(6, bj, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          if (two_n) {
+            _tile_loadd(7, bj + 256, 64);
+            _tile_dpbf16ps(1, 4, 7);
+          }
+          if (two_g) {
+            _tile_loadd(5, a1 + j * kChunk, a_stride);
+            _tile_dpbf16ps(2, 5, 6);
+            if (two_n) _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        float* c0 = c.data() + g * 16 * dims + n * 16;
+        _tile_stored(0, c0, c_stride);
+        if (two_n) _tile_stored(1, c0 + 16, c_stride);
+        if (two_g) {
+          _tile_stored(2, c0 + 16 * dims, c_stride);
+          if (two_n) _tile_stored(3, c0 + 16 * dims + 16, c_stride);
+        }
+      }
+  // the rest, chunk by chunk: each distinct order's rows with its own values, from their stored sums
+  if (shared < chunks) {
+    alignas(64) float tmp[256];
+    std::vector<char> done(static_cast<size_t>(nr));
+    for (int64_t j = shared; j < chunks; ++j) {
+      std::fill(done.begin(), done.end(), 0);
+      for (int64_t r0 = 0; r0 < nr; ++r0) {
+        if (done[r0]) continue;
+        const int64_t* order = order_of(r0);
+        pack_values(vhead, dim, order, first, slots, c_lo + j * kChunk, d0, dims, b.data());
+        for (int64_t g = r0 / 16; g < row_tiles; ++g) {
+          bool any = false;
+          for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r) any = any || (!done[r] && order_of(r) == order);
+          if (!any) continue;
+          _tile_loadd(4, a.data() + g * 16 * lda + j * kChunk, a_stride);
+          for (int64_t n = 0; n < blocks; ++n) {
+            float* cg = c.data() + g * 16 * dims + n * 16;
+            _tile_loadd(0, cg, c_stride);
+            _tile_loadd(6, b.data() + n * 256, 64);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_stored(0, tmp, 64);
+            for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r)
+              if (!done[r] && order_of(r) == order) std::memcpy(cg + (r - g * 16) * dims, tmp + (r - g * 16) * 16, 64);
+          }
+        }
+        for (int64_t r = r0; r < nr; ++r)
+          if (order_of(r) == order) done[r] = 1;
+      }
+    }
+  }
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t n = 0; n < blocks; ++n) store_bf16x16(outs[r] + d0 + 16 * n, _mm512_loadu_ps(c.data() + r * dims + 16 * n));
+  return true;
+}
+
+// The same products from the cache's dim-major twin of the values (values_t [dim, capacity] of one head,
+// kv_cache.py keeps it on the AMX build): 16 dims x 32 columns of it are the A operand, loaded as stored,
+// and the rows' probabilities the B operand (each 16-row x 32-column block transposed into pairs once), so
+// no value is repacked and a decode step's four rows cost a fraction of the FMA loop's time. The chunks,
+// their order and every product are amx_probs_values's with the operands swapped, which the tile unit sums
+// alike (test_attention_tiles.py): the same bits. `capacity` is values_t's row length; a chunk that would
+// read past it, and a tree's own chunks (each order's values gathered), read zero-padded copies.
+bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vt,
+                     int64_t capacity, int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0,
+                     int64_t dims) {
+  if (dim % 32 != 0 || d0 % 16 != 0 || dims % 16 != 0 || !specdec_amx::amx_permitted()) return false;
+  if (nr <= 0 || dims <= 0) return true;
+  const int64_t chunks = (slots + kChunk - 1) / kChunk, lda = chunks * kChunk, row_tiles = (nr + 15) / 16;
+  const int64_t blocks = dims / 16, rows_pad = row_tiles * 16;
+  auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
+  int64_t shared = chunks;  // chunks before the first column where two rows' orders differ
+  for (int64_t r = 1; r < nr && shared > 0; ++r) {
+    if (order_of(r) == order_of(0)) continue;
+    for (int64_t s = 0; s < std::min(slots, shared * kChunk); ++s)
+      if (slot_of(order_of(r), first, slots, first + s) != slot_of(order_of(0), first, slots, first + s)) {
+        shared = std::min(shared, s / kChunk);
+        break;
+      }
+  }
+  // B: the probabilities, zero-padded to whole chunks and row tiles, then per (chunk, row tile) transposed
+  // into pairs: word (p, r) = (P[r][32 j + 2 p], P[r][32 j + 2 p + 1])
+  static thread_local std::vector<uint16_t> p;
+  static thread_local std::vector<uint32_t> b;
+  static thread_local std::vector<float> c;
+  static thread_local std::vector<uint16_t> a;  // gathered or zero-padded value columns
+  p.assign(static_cast<size_t>(rows_pad * lda), 0);
+  for (int64_t r = 0; r < nr; ++r) std::memcpy(p.data() + r * lda, prows[r], slots * 2);
+  b.resize(static_cast<size_t>(chunks * row_tiles * 256));
+  for (int64_t j = 0; j < chunks; ++j)
+    for (int64_t g = 0; g < row_tiles; ++g)
+      specdec_amx::transpose16(reinterpret_cast<const uint32_t*>(p.data() + g * 16 * lda + j * kChunk), lda / 2,
+                               b.data() + (j * row_tiles + g) * 256);
+  c.assign(static_cast<size_t>(dims * rows_pad), 0.0f);  // [dims][rows_pad]
+  specdec_amx::AttentionTiles tiles;  // C 0-3, A 4-5 (two dim blocks), B 6-7 (two row tiles)
+  const int64_t c_stride = rows_pad * 4;
+  // a chunk's value columns for dims [d0, d0 + dims) as A rows (ptr, stride in bytes): straight from values_t
+  // where the order reads the slot order over the chunk and the chunk lies inside the buffer, else gathered
+  // into `into` (zeros outside the span)
+  auto columns = [&](const int64_t* order, int64_t j, uint16_t* into, int64_t& stride) -> const uint16_t* {
+    const int64_t col0 = first + j * kChunk;
+    bool in_order = col0 + kChunk <= capacity;
+    for (int64_t i = 0; order != nullptr && in_order && i < kChunk; ++i)
+      in_order = col0 + i >= first + slots || order[col0 + i - first] == col0 + i;
+    if (in_order) {
+      stride = capacity * 2;
+      return vt + d0 * capacity + col0;
+    }
+    std::fill(into, into + dims * kChunk, 0);
+    for (int64_t i = 0; i < kChunk; ++i) {
+      const int64_t sl = slot_of(order, first, slots, col0 + i);
+      if (sl < 0) continue;
+      for (int64_t d = 0; d < dims; ++d) into[d * kChunk + i] = vt[(d0 + d) * capacity + sl];
+    }
+    stride = kChunk * 2;
+    return into;
+  };
+  // the shared chunks' A rows, gathered once where they must be
+  a.resize(static_cast<size_t>((shared + 1) * dims * kChunk));
+  std::vector<const uint16_t*> cols(static_cast<size_t>(shared));
+  std::vector<int64_t> strides(static_cast<size_t>(shared));
+  for (int64_t j = 0; j < shared; ++j) cols[j] = columns(order_of(0), j, a.data() + j * dims * kChunk, strides[j]);
+  if (shared > 0)
+    for (int64_t n = 0; n < blocks; n += 2)
+      for (int64_t g = 0; g < row_tiles; g += 2) {
+        const bool two_n = n + 1 < blocks, two_g = g + 1 < row_tiles;
+        _tile_zero(0);
+        _tile_zero(1);
+        _tile_zero(2);
+        _tile_zero(3);
+        for (int64_t j = 0; j < shared; ++j) {
+          const int64_t stride = strides[j], row_words = stride / 2;  // bfloat16 per A row
+          const uint32_t* bj = b.data() + j * row_tiles * 256 + g * 256;
+          _tile_loadd(4, cols[j] + 16 * n * row_words, stride);
+          _tile_loadd(6, bj, 64);
+          _tile_dpbf16ps(0, 4, 6);
+          if (two_n) {
+            _tile_loadd(5, cols[j] + 16 * (n + 1) * row_words, stride);
+            _tile_dpbf16ps(1, 5, 6);
+          }
+          if (two_g) {
+            _tile_loadd(7, bj + 256, 64);
+            _tile_dpbf16ps(2, 4, 7);
+            if (two_n) _tile_dpbf16ps(3, 5, 7);
+          }
+        }
+        float* c0 = c.data() + 16 * n * rows_pad + 16 * g;
+        _tile_stored(0, c0, c_stride);
+        if (two_n) _tile_stored(1, c0 + 16 * rows_pad, c_stride);
+        if (two_g) {
+          _tile_stored(2, c0 + 16, c_stride);
+          if (two_n) _tile_stored(3, c0 + 16 * rows_pad + 16, c_stride);
+        }
+      }
+  if (shared < chunks) {  // each distinct order's rows, chunk by chunk, from their stored sums
+    alignas(64) float tmp[256];
+    std::vector<char> done(static_cast<size_t>(nr));
+    for (int64_t j = shared; j < chunks; ++j) {
+      std::fill(done.begin(), done.end(), 0);
+      for (int64_t r0 = 0; r0 < nr; ++r0) {
+        if (done[r0]) continue;
+        const int64_t* order = order_of(r0);
+        int64_t stride = 0;
+        const uint16_t* chunk = columns(order, j, a.data() + shared * dims * kChunk, stride);
+        const int64_t row_words = stride / 2;
+        for (int64_t g = r0 / 16; g < row_tiles; ++g) {
+          bool any = false;
+          for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r) any = any || (!done[r] && order_of(r) == order);
+          if (!any) continue;
+          _tile_loadd(6, b.data() + (j * row_tiles + g) * 256, 64);
+          for (int64_t n = 0; n < blocks; ++n) {
+            float* cn = c.data() + 16 * n * rows_pad + 16 * g;
+            _tile_loadd(0, cn, c_stride);
+            _tile_loadd(4, chunk + 16 * n * row_words, stride);
+            _tile_dpbf16ps(0, 4, 6);
+            _tile_stored(0, tmp, 64);
+            for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r)
+              if (!done[r] && order_of(r) == order)
+                for (int64_t d = 0; d < 16; ++d) cn[d * rows_pad + (r - g * 16)] = tmp[d * 16 + (r - g * 16)];
+          }
+        }
+        for (int64_t r = r0; r < nr; ++r)
+          if (order_of(r) == order) done[r] = 1;
+      }
+    }
+  }
+  alignas(64) float row[16];
+  for (int64_t r = 0; r < nr; ++r)
+    for (int64_t n = 0; n < blocks; ++n) {
+      for (int64_t d = 0; d < 16; ++d) row[d] = c[(16 * n + d) * rows_pad + r];
+      store_bf16x16(outs[r] + d0 + 16 * n, _mm512_load_ps(row));
+    }
+  return true;
+}
+
+// attention_batch's threads hold one tile configuration across their sequences (amx_attention_tiles.h)
+void amx_attention_tiles_enter() { specdec_amx::attention_tiles_enter(); }
+void amx_attention_tiles_leave() { specdec_amx::attention_tiles_leave(); }
+
+// Whether amx_probs_values applies to a head dim: the choice depends on the model only, never on the call.
+bool amx_values_ready(int64_t dim) { return dim % 32 == 0 && specdec_amx::amx_permitted(); }
+
+#pragma GCC pop_options
