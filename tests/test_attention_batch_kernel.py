@@ -208,3 +208,39 @@ def test_a_bad_sequence_raises_instead_of_aborting():
         fast_linear.kernel().attention_batch(q, k, k, [keys_t, keys_t], [values, values], [mask, mask[:, :5]],
                                              [_NO_ORDER, _NO_ORDER], [0, 1], [1, 2], [3, 3],
                                              torch.tensor([3, 3]), -1, 0.125)
+
+
+@pytest.mark.skipif(not hasattr(fast_linear.kernel(), "amx_attention_ready"), reason="the AMX build only")
+@pytest.mark.parametrize("window", [None, 100])
+@pytest.mark.parametrize("rows,tree", [(1, False), (4, False), (40, False), (9, True), (16, True)])
+def test_the_caches_amx_twins_give_the_same_bits(rows, tree, window):
+    """On the AMX build the KV cache stores keys slot-major and values dim-major (kv_cache.py's twins; keys_t and
+    values are views of them) and the tiles read them as stored, operands swapped: every row must equal the
+    call on the plain layouts (which packs them), on one thread and on two, for decode steps, chains, prefill
+    chunks and trees near the buffer's end; and the new keys and values land in the twins."""
+    heads, kv_heads, groups, dim = 4, 1, 4, 256
+    kern = fast_linear.kernel()
+    assert kern.amx_attention_ready(dim)
+    g = torch.Generator().manual_seed(rows * 5 + (window or 0) + tree)
+    before = torch.get_num_threads()
+    try:
+        for length, capacity in ((3, 64), (200, 1024), (517, 560), (990, 1040)):
+            q = torch.randn(rows, heads, dim, generator=g).bfloat16()
+            k = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            v = torch.randn(rows, kv_heads, dim, generator=g).bfloat16()
+            keys_t, values, mask, order, positions = _sequence(g, rows, capacity, length, tree, window, kv_heads,
+                                                               dim, groups)
+            o = order if tree else _NO_ORDER
+            for threads in (1, 2):
+                torch.set_num_threads(threads)
+                kt, vv = keys_t.clone(), values.clone()
+                plain = kern.attention_batch(q, k, v, [kt], [vv], [mask], [o], [0], [rows], [length], positions,
+                                             -1 if window is None else window, 0.0625)
+                rows_k, vals_t = keys_t.transpose(1, 2).contiguous(), values.transpose(1, 2).contiguous()
+                twinned = kern.attention_batch(q, k, v, [rows_k.transpose(1, 2)], [vals_t.transpose(1, 2)], [mask],
+                                               [o], [0], [rows], [length], positions,
+                                               -1 if window is None else window, 0.0625, [rows_k], [vals_t])
+                assert torch.equal(twinned, plain), (length, threads)
+                assert torch.equal(rows_k.transpose(1, 2), kt) and torch.equal(vals_t.transpose(1, 2), vv)
+    finally:
+        torch.set_num_threads(before)

@@ -7,6 +7,11 @@ the whole buffer with a mask (the AVX2 kernel: over a span of it that holds what
 attention_mask.attention_span): a key length that depends on nothing but the row is what makes a row's result
 independent of how many queries share the forward, which is what makes speculative output identical to
 plain decoding.
+
+On CPUs whose kernels run attention on AMX tiles (amx_qk_scores.cpp, amx_probs_values.cpp), the cache stores
+keys slot-major ([layers, kv_heads, capacity, head_dim]) and values dim-major ([layers, kv_heads, head_dim,
+capacity]) instead, the layouts the tile multiplies read without repacking ("the twins"); `keys_t` and `values`
+are then transposed views of them, so everything that reads or moves slots through those sees the same numbers.
 """
 
 from __future__ import annotations
@@ -14,6 +19,20 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import torch
+
+
+_EMPTY = torch.empty(0)
+
+
+def tile_twins(head_dim: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a cache of this shape keeps the AMX twins: bfloat16 on a CPU whose kernels run attention on
+    tiles for this head dim."""
+    if dtype != torch.bfloat16 or device.type != "cpu":
+        return False
+    from specdec.models import fast_linear
+
+    k = fast_linear.kernel()
+    return k is not None and hasattr(k, "amx_attention_ready") and bool(k.amx_attention_ready(head_dim))
 
 
 class KVCache:
@@ -29,6 +48,7 @@ class KVCache:
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self._keys_store = torch.empty(0, dtype=dtype, device=device)
         self._values_store = torch.empty(0, dtype=dtype, device=device)
+        self.twinned = tile_twins(head_dim, dtype, device)
         self.resize(capacity)
 
     def resize(self, capacity: int) -> None:
@@ -44,8 +64,15 @@ class KVCache:
         # Keys are stored transposed ([layers, kv_heads, head_dim, capacity]) so q @ k needs no copy.
         # Zeros, not whatever was there: masked slots are multiplied by exactly 0 in attention, and 0 * NaN
         # would leak.
-        self.keys_t = self._keys_store[:need].view(shape_k).zero_()
-        self.values = self._values_store[:need].view(shape_v).zero_()
+        if self.twinned:  # the tiles' layouts (see the module's docstring), keys_t and values views of them
+            self.keys_rows = self._keys_store[:need].view(shape_v).zero_()
+            self.values_t = self._values_store[:need].view(shape_k).zero_()
+            self.keys_t, self.values = self.keys_rows.transpose(2, 3), self.values_t.transpose(2, 3)
+            self.layer_twins = list(zip(self.keys_rows.unbind(0), self.values_t.unbind(0)))
+        else:
+            self.keys_t = self._keys_store[:need].view(shape_k).zero_()
+            self.values = self._values_store[:need].view(shape_v).zero_()
+            self.layer_twins = [(_EMPTY, _EMPTY)] * self.num_layers
         # each layer's buffers as views made once: a batched decode step asks for them per sequence and layer
         self.layer_buffers = list(zip(self.keys_t.unbind(0), self.values.unbind(0)))
         # [capacity] position id held by each slot, -1 when empty; sliding windows are measured with it.
@@ -82,6 +109,12 @@ class KVCache:
         if num_tokens != self.pending:
             raise ValueError(f"{num_tokens} rows for {self.pending} pending slots")
         return self.layer_buffers[layer]
+
+    def twins(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """One layer's buffers in the tiles' layouts (keys [kv_heads, capacity, head_dim], values [kv_heads,
+        head_dim, capacity]; `layer` returns views of them), or two empty tensors where the cache keeps the
+        plain layouts."""
+        return self.layer_twins[layer]
 
     def commit(self, kept: Sequence[int]) -> None:
         """Keeps the pending entries at indices `kept` (ascending, relative to the last forward)."""

@@ -210,7 +210,11 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
     for (int64_t g = 0; g < row_tiles; ++g)
       specdec_amx::transpose16(reinterpret_cast<const uint32_t*>(p.data() + g * 16 * lda + j * kChunk), lda / 2,
                                b.data() + (j * row_tiles + g) * 256);
-  c.assign(static_cast<size_t>(dims * rows_pad), 0.0f);  // [dims][rows_pad]
+  // [dims][rows_pad]; the shared chunks' tiles store every element, so zeros only where there are none
+  if (shared > 0)
+    c.resize(static_cast<size_t>(dims * rows_pad));
+  else
+    c.assign(static_cast<size_t>(dims * rows_pad), 0.0f);
   specdec_amx::AttentionTiles tiles;  // C 0-3, A 4-5 (two dim blocks), B 6-7 (two row tiles)
   const int64_t c_stride = rows_pad * 4;
   // a chunk's value columns for dims [d0, d0 + dims) as A rows (ptr, stride in bytes): straight from values_t
@@ -236,8 +240,10 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
   };
   // the shared chunks' A rows, gathered once where they must be
   a.resize(static_cast<size_t>((shared + 1) * dims * kChunk));
-  std::vector<const uint16_t*> cols(static_cast<size_t>(shared));
-  std::vector<int64_t> strides(static_cast<size_t>(shared));
+  static thread_local std::vector<const uint16_t*> cols;
+  static thread_local std::vector<int64_t> strides;
+  cols.resize(static_cast<size_t>(shared));
+  strides.resize(static_cast<size_t>(shared));
   for (int64_t j = 0; j < shared; ++j) cols[j] = columns(order_of(0), j, a.data() + j * dims * kChunk, strides[j]);
   if (shared > 0)
     for (int64_t n = 0; n < blocks; n += 2)
@@ -303,11 +309,13 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
       }
     }
   }
-  alignas(64) float row[16];
-  for (int64_t r = 0; r < nr; ++r)
+  alignas(64) uint32_t rows16[256];  // a 16-dim x 16-row block of the sums transposed: row r's 16 dims
+  for (int64_t g = 0; g < row_tiles; ++g)
     for (int64_t n = 0; n < blocks; ++n) {
-      for (int64_t d = 0; d < 16; ++d) row[d] = c[(16 * n + d) * rows_pad + r];
-      store_bf16x16(outs[r] + d0 + 16 * n, _mm512_load_ps(row));
+      specdec_amx::transpose16(reinterpret_cast<const uint32_t*>(c.data() + 16 * n * rows_pad + 16 * g), rows_pad,
+                               rows16);
+      for (int64_t r = 16 * g; r < std::min(nr, 16 * g + 16); ++r)
+        store_bf16x16(outs[r] + d0 + 16 * n, _mm512_castsi512_ps(_mm512_load_si512(rows16 + 16 * (r - 16 * g))));
     }
   return true;
 }

@@ -144,7 +144,15 @@ bool amx_score_rows(const float* q, int64_t rows, const uint16_t* krows, int64_t
     std::memcpy(&bits, q + i, 4);
     qb[i] = static_cast<uint16_t>(bits >> 16);  // q holds bfloat16 values: exact
   }
-  const std::vector<uint32_t> b = specdec_amx::pack_x(qb.data(), rows, dim, k_tiles, m_tiles);
+  // B: word ((kt * m_tiles + g) * 16 + p) * 16 + m = (q[16 g + m][32 kt + 2 p], q[..][32 kt + 2 p + 1]), as pack_x
+  static thread_local std::vector<uint32_t> b;
+  b.assign(static_cast<size_t>(k_tiles * m_tiles * 256), 0);
+  for (int64_t m = 0; m < rows; ++m)
+    for (int64_t pr = 0; pr < dim / 2; ++pr) {
+      uint32_t w;
+      std::memcpy(&w, qb.data() + m * dim + 2 * pr, 4);
+      b[(((pr / 16) * m_tiles + m / 16) * 16 + pr % 16) * 16 + m % 16] = w;
+    }
   const int64_t lda = dim * 2;
   specdec_amx::AttentionTiles tiles;  // C 0-3, A 4-5 (two 16-slot blocks), B 6-7 (two 16-row tiles)
   alignas(64) float buf[256];

@@ -47,6 +47,11 @@ void amx_attention_tiles_enter();
 void amx_attention_tiles_leave();
 bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
                       int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims);
+bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vt,
+                     int64_t capacity, int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0,
+                     int64_t dims);
+bool amx_score_rows(const float* q, int64_t rows, const uint16_t* krows, int64_t readable, int64_t dim, float* out,
+                    int64_t ldo, int64_t s0, int64_t s1);
 #endif
 
 namespace {
@@ -102,16 +107,21 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 
 #ifdef SPECDEC_AMX
 // probs x values of every value head's gn rows (row hr = h * gn + i) on AMX tiles, all of a head's rows in one
-// amx_probs_values call (its values packed once for them), the heads' dims in parts on the threads.
+// call, the heads' dims in parts on the threads: from the cache's dim-major twin of the values where it keeps
+// one (`vtp`, amx_values_rows), else from the values, packed once per call (amx_probs_values); the same bits.
 template <typename P, typename O, typename Out>
-void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity, const uint16_t* vp, int64_t first,
-                     int64_t len, int64_t threads, P prow_of, O order_of, Out out_of) {
+void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity, const uint16_t* vp,
+                     const uint16_t* vtp, int64_t first, int64_t len, int64_t threads, P prow_of, O order_of,
+                     Out out_of) {
   const int64_t parts = std::clamp<int64_t>((threads + kv_heads - 1) / kv_heads, 1, dim / 16);
   const int64_t dims = (dim / 16 + parts - 1) / parts * 16;
   at::parallel_for(0, kv_heads * parts, 1, [&](int64_t t0, int64_t t1) {
-    std::vector<const uint16_t*> prows(static_cast<size_t>(gn));
-    std::vector<const int64_t*> orows(static_cast<size_t>(gn));
-    std::vector<uint16_t*> outs(static_cast<size_t>(gn));
+    static thread_local std::vector<const uint16_t*> prows;
+    static thread_local std::vector<const int64_t*> orows;
+    static thread_local std::vector<uint16_t*> outs;
+    prows.resize(static_cast<size_t>(gn));
+    orows.resize(static_cast<size_t>(gn));
+    outs.resize(static_cast<size_t>(gn));
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t h = t / parts, d0 = (t % parts) * dims;
       if (d0 >= dim) continue;
@@ -120,8 +130,12 @@ void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity
         orows[i] = order_of(h * gn + i);
         outs[i] = out_of(h * gn + i);
       }
-      amx_probs_values(prows.data(), orows.data(), gn, vp + h * capacity * dim, first, len, dim, outs.data(), d0,
-                       std::min(dims, dim - d0));
+      if (vtp != nullptr)
+        amx_values_rows(prows.data(), orows.data(), gn, vtp + h * dim * capacity, capacity, first, len, dim,
+                        outs.data(), d0, std::min(dims, dim - d0));
+      else
+        amx_probs_values(prows.data(), orows.data(), gn, vp + h * capacity * dim, first, len, dim, outs.data(), d0,
+                         std::min(dims, dim - d0));
     }
   });
 }
@@ -139,7 +153,8 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
                              const at::Tensor& values, const float* mp, int64_t chain_slot, int64_t window,
                              const std::vector<int64_t>& rows, int64_t first, int64_t end, int64_t t, int64_t kv_heads,
                              int64_t groups, double scale, uint16_t* op, int64_t out_row, specdec_bf16::Prefetcher* pf,
-                             const int64_t* order = nullptr, int64_t reach_end = 0) {
+                             const int64_t* order = nullptr, int64_t reach_end = 0,
+                             const uint16_t* krows = nullptr, const uint16_t* vtp = nullptr) {
   const int64_t n = static_cast<int64_t>(rows.size()), dim = keys_t.size(1), len = end - first;
   const int64_t capacity = keys_t.size(2), gn = groups * n;
   // A tree in slot order (order [t, capacity]: the slot each column of a row reads) scores every slot its
@@ -173,8 +188,14 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       const int64_t h = b / (blocks * parts), block = (b / parts) % blocks;
       const int64_t r0 = block * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
       const int64_t c0 = std::min(scored, (b % parts) * part_len), c1 = std::min(scored, c0 + part_len);
-      qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
-                      sp + (h * gn + r0) * scored, scored, c0, c1, pf);
+#ifdef SPECDEC_AMX
+      if (krows != nullptr)  // the keys' slot-major twin: no repacking (amx_qk_scores.cpp), the same bits
+        amx_score_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, krows + (h * capacity + first) * dim,
+                       capacity - first, dim, sp + (h * gn + r0) * scored, scored, c0, c1);
+      else
+#endif
+        qk_scores_slots(qf.data() + (h * gn + r0) * dim, r1 - r0, kp + h * dim * capacity, dim, capacity,
+                        sp + (h * gn + r0) * scored, scored, c0, c1, pf);
       if (tree) continue;  // scaled and masked once gathered, below
       // scores * scale, then + mask: two roundings, as mul_ and add_ (no contraction: -ffp-contract=off)
       for (int64_t r = r0; r < r1; ++r) {
@@ -248,7 +269,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
     });
 #ifdef SPECDEC_AMX
     if (tiles)  // row hr = (h * groups + g) * n + j reads token j's order
-      values_on_tiles(kv_heads, gn, dim, capacity, vp, first, len, threads,
+      values_on_tiles(kv_heads, gn, dim, capacity, vp, vtp, first, len, threads,
                       [&](int64_t hr) -> const uint16_t* { return pb.data() + hr * len; },
                       [&](int64_t hr) -> const int64_t* { return order + rows[hr % n] * capacity + first; }, out_of);
 #endif
@@ -260,7 +281,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       std::vector<float> e(static_cast<size_t>(len));
       for (int64_t hr = r0; hr < r1; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);
     });
-    values_on_tiles(kv_heads, gn, dim, capacity, vp, first, len, threads,
+    values_on_tiles(kv_heads, gn, dim, capacity, vp, vtp, first, len, threads,
                     [&](int64_t hr) -> const uint16_t* { return pb.data() + hr * len; },
                     [](int64_t) -> const int64_t* { return nullptr; }, out_of);
     return;
@@ -328,7 +349,8 @@ at::Tensor chain_mask(const int64_t* positions, int64_t t, int64_t groups, int64
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
                   const at::Tensor& values, const at::Tensor& given_mask, const at::Tensor& order,
                   const int64_t* positions, int64_t start, int64_t end, int64_t slot, int64_t window,
-                  double scale, at::Tensor& out, specdec_bf16::Prefetcher* pf) {
+                  double scale, at::Tensor& out, specdec_bf16::Prefetcher* pf, const at::Tensor& keys_rows,
+                  const at::Tensor& values_t) {
   const int64_t t = end - start, kv_heads = keys_t.size(0), heads = q.size(1);
   const int64_t groups = heads / kv_heads, capacity = keys_t.size(2), dim = keys_t.size(1);
   TORCH_CHECK(slot >= 0 && slot + t <= capacity, "pending slots outside the cache");
@@ -345,11 +367,34 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const bool ordered = order.numel() > 0;
   // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step and
   // every verified tree (its mask given, its order contiguous int64).
+  // With the twins (the AMX build's cache, kv_cache.py) keys_t and values are transposed views of them: the
+  // raw path then writes and reads the twins only.
+  const bool twinned = keys_rows.defined() && keys_rows.numel() > 0;
+  if (twinned)
+    TORCH_CHECK(keys_rows.is_contiguous() && values_t.is_contiguous() && keys_rows.dim() == 3 &&
+                    keys_rows.size(0) == kv_heads && keys_rows.size(1) == capacity && keys_rows.size(2) == dim &&
+                    values_t.dim() == 3 && values_t.size(0) == kv_heads && values_t.size(1) == dim &&
+                    values_t.size(2) == capacity && keys_rows.scalar_type() == at::kBFloat16 &&
+                    values_t.scalar_type() == at::kBFloat16,
+                "the twins: keys_rows [kv_heads, capacity, dim] and values_t [kv_heads, dim, capacity], contiguous");
   const bool raw = (!ordered || (given && order.is_contiguous() && order.scalar_type() == at::kLong)) &&
-                   keys_t.is_contiguous() && values.is_contiguous() && (!given || given_mask.is_contiguous()) &&
-                   q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.is_contiguous();
+                   (twinned || (keys_t.is_contiguous() && values.is_contiguous())) &&
+                   (!given || given_mask.is_contiguous()) && q.stride(2) == 1 && k.stride(2) == 1 &&
+                   v.stride(2) == 1 && out.is_contiguous();
   // KVCache.write: pending slots [slot, slot + t)
-  if (raw) {
+  if (twinned && raw) {
+    auto* kr = reinterpret_cast<uint16_t*>(keys_rows.data_ptr<at::BFloat16>());
+    auto* vtt = reinterpret_cast<uint16_t*>(values_t.data_ptr<at::BFloat16>());
+    const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
+    const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
+    for (int64_t i = 0; i < t; ++i)
+      for (int64_t h = 0; h < kv_heads; ++h) {
+        const uint16_t* ks = kp + (start + i) * k.stride(0) + h * k.stride(1);
+        const uint16_t* vs = vp + (start + i) * v.stride(0) + h * v.stride(1);
+        std::memcpy(kr + (h * capacity + slot + i) * dim, ks, dim * sizeof(uint16_t));
+        for (int64_t d = 0; d < dim; ++d) vtt[(h * dim + d) * capacity + slot + i] = vs[d];
+      }
+  } else if (raw) {
     auto* kt = reinterpret_cast<uint16_t*>(keys_t.data_ptr<at::BFloat16>());
     auto* vt = reinterpret_cast<uint16_t*>(values.data_ptr<at::BFloat16>());
     const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
@@ -391,7 +436,9 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               slot, window, rows, first, stop, t, kv_heads, groups,
                               scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
                               out.stride(0), pf, ordered ? order.data_ptr<int64_t>() : nullptr,
-                              std::max(stop, slot + t));
+                              std::max(stop, slot + t),
+                              twinned ? reinterpret_cast<const uint16_t*>(keys_rows.data_ptr<at::BFloat16>()) : nullptr,
+                              twinned ? reinterpret_cast<const uint16_t*>(values_t.data_ptr<at::BFloat16>()) : nullptr);
     } else {
       auto out_rows = out.narrow(0, start, t);
       span_rows(q.narrow(0, start, t), keys_t, values, mask, order, at::tensor(rows, index), first, stop,
@@ -425,12 +472,19 @@ void next_reads(const at::Tensor& keys_t, const at::Tensor& values, int64_t t, i
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale) {
+                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale,
+                           std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t) {
   const int64_t n = static_cast<int64_t>(keys_t.size());
   TORCH_CHECK(static_cast<int64_t>(values.size()) == n && static_cast<int64_t>(masks.size()) == n &&
                   static_cast<int64_t>(orders.size()) == n && static_cast<int64_t>(slots.size()) == n &&
                   static_cast<int64_t>(starts.size()) == n && static_cast<int64_t>(ends.size()) == n,
               "one cache, mask, order, row span and slot per sequence");
+  TORCH_CHECK(keys_rows.size() == values_t.size() && (keys_rows.empty() || static_cast<int64_t>(keys_rows.size()) == n),
+              "the twins: none, or one pair per sequence");
+  const at::Tensor no_twin;
+  auto twin = [&](const std::vector<at::Tensor>& list, int64_t i) -> const at::Tensor& {
+    return list.empty() || !list[i].defined() ? no_twin : list[i];
+  };
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "bfloat16 q, k, v");
   auto out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
   TORCH_CHECK(positions.dim() == 1 && positions.size(0) == q.size(0), "one position per row");
@@ -441,7 +495,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   if (small.size() == 1) large.push_back(small[0]), small.clear();  // no team for one: see below
   for (int64_t i : large)
     one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i], window,
-                 scale, out, nullptr);
+                 scale, out, nullptr, twin(keys_rows, i), twin(values_t, i));
   const int64_t m = static_cast<int64_t>(small.size());
   // Inside this region torch's and our kernels' own parallel loops run serially (in_parallel_region), and
   // nothing they compute depends on the thread count. (A region serialised by an `if` clause would not count
@@ -488,7 +542,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
           next_reads(keys_t[next], values[next], ends[next] - starts[next], slots[next], window, pf);
         }
         one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
-                     window, scale, out, &pf);
+                     window, scale, out, &pf, twin(keys_rows, i), twin(values_t, i));
       } catch (...) {
 #pragma omp critical
         if (!error) error = std::current_exception();

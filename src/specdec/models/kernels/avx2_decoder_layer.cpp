@@ -19,7 +19,8 @@ at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
+                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale,
+                           std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t);
 
 namespace {
 
@@ -47,7 +48,8 @@ at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<
                               std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
                               std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
-                              at::Tensor positions, int64_t window, double attn_scale) {
+                              at::Tensor positions, int64_t window, double attn_scale,
+                              std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t) {
   TORCH_CHECK(linear_address != 0 && tiles.size() == 16 && kinds.size() == 4 && out_features.size() == 4,
               "four linears");
   TORCH_CHECK(norms.size() == 5 && dims.size() == 3, "five norm scales and three dims");
@@ -65,7 +67,7 @@ at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<
   const at::Tensor q = qk.slice(1, 0, heads), k = qk.slice(1, heads);
   at::Tensor attn = attention_batch(q, k, v, std::move(keys_t), std::move(values), std::move(masks),
                                     std::move(orders), std::move(starts), std::move(ends), std::move(slots),
-                                    positions, window, attn_scale);
+                                    positions, window, attn_scale, std::move(keys_rows), std::move(values_t));
   attn = linear(fn, attn, tiles, kinds, out_features, 1);
   if (sandwich) {
     h = at::add(h, rms_norm_rows(attn, norms[2], eps, gemma));

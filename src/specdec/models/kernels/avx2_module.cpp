@@ -32,7 +32,8 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
 at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector<at::Tensor> keys_t,
                            std::vector<at::Tensor> values, std::vector<at::Tensor> masks,
                            std::vector<at::Tensor> orders, std::vector<int64_t> starts, std::vector<int64_t> ends,
-                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale);
+                           std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale,
+                           std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t);
 at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<at::Tensor> tiles,
                               std::vector<int64_t> kinds, std::vector<int64_t> out_features,
                               std::vector<at::Tensor> norms, double eps, bool gemma, bool gelu,
@@ -40,7 +41,11 @@ at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<
                               std::vector<at::Tensor> keys_t, std::vector<at::Tensor> values,
                               std::vector<at::Tensor> masks, std::vector<at::Tensor> orders,
                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
-                              at::Tensor positions, int64_t window, double attn_scale);
+                              at::Tensor positions, int64_t window, double attn_scale,
+                              std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t);
+#ifdef SPECDEC_AMX
+bool amx_values_ready(int64_t dim);
+#endif
 
 PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
 #ifdef SPECDEC_AMX
@@ -76,8 +81,21 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("draft_attention", &draft_attention, "the drafters' attention of every sequence of a step over its own "
         "float32 cache (causal, or a tree level's listed entries), float32 out", py::arg("q"), py::arg("keys"),
         py::arg("values"), py::arg("rows"), py::arg("scale"), py::arg("slots") = std::vector<at::Tensor>());
+  const auto none = std::vector<at::Tensor>();
   m.def("decoder_layer_call", &decoder_layer_call, "one decoder layer in one call, its linears through a function "
-        "address: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits");
+        "address: decoder.DecoderLayer.forward_batch's kernels in its order, the same bits", py::arg("h"),
+        py::arg("linear_address"), py::arg("tiles"), py::arg("kinds"), py::arg("out_features"), py::arg("norms"),
+        py::arg("eps"), py::arg("gemma"), py::arg("gelu"), py::arg("dims"), py::arg("cos"), py::arg("sin"),
+        py::arg("keys_t"), py::arg("values"), py::arg("masks"), py::arg("orders"), py::arg("starts"),
+        py::arg("ends"), py::arg("slots"), py::arg("positions"), py::arg("window"), py::arg("attn_scale"),
+        py::arg("keys_rows") = none, py::arg("values_t") = none);
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
-        "decoder.attention computes it per sequence");
+        "decoder.attention computes it per sequence", py::arg("q"), py::arg("k"), py::arg("v"), py::arg("keys_t"),
+        py::arg("values"), py::arg("masks"), py::arg("orders"), py::arg("starts"), py::arg("ends"), py::arg("slots"),
+        py::arg("positions"), py::arg("window"), py::arg("scale"), py::arg("keys_rows") = none,
+        py::arg("values_t") = none);
+#ifdef SPECDEC_AMX
+  m.def("amx_attention_ready", &amx_values_ready, "whether attention runs on AMX tiles for this head dim (the KV "
+        "cache then keeps its twins)");
+#endif
 }
