@@ -43,6 +43,14 @@ class AttentionTiles {
   AttentionTiles& operator=(const AttentionTiles&) = delete;
 };
 
+// Zeros the four accumulator tiles the attention kernels use (C 0-3).
+inline void zero_accumulators() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+
 }  // namespace specdec_amx
 
 #pragma GCC pop_options

@@ -60,6 +60,36 @@ inline void pack_values(const uint16_t* vhead, int64_t dim, const int64_t* order
   }
 }
 
+// How many of the span's leading chunks every row reads in the same slots (all of them without orders; a
+// verified tree's rows share the context and differ from the chunk of its first own slot on).
+inline int64_t shared_chunks(const int64_t* const* orows, int64_t nr, int64_t first, int64_t slots, int64_t chunks) {
+  auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
+  int64_t shared = chunks;
+  for (int64_t r = 1; r < nr && shared > 0; ++r) {
+    if (order_of(r) == order_of(0)) continue;
+    for (int64_t s = 0; s < std::min(slots, shared * kChunk); ++s)
+      if (slot_of(order_of(r), first, slots, first + s) != slot_of(order_of(0), first, slots, first + s)) {
+        shared = std::min(shared, s / kChunk);
+        break;
+      }
+  }
+  return shared;
+}
+
+// The distinct orders among the rows (null: slot order), in order of first appearance, each with the row tiles
+// (of 16 rows) that hold rows reading it.
+inline std::vector<std::pair<const int64_t*, std::vector<int64_t>>> order_groups(const int64_t* const* orows,
+                                                                                 int64_t nr) {
+  std::vector<std::pair<const int64_t*, std::vector<int64_t>>> groups;
+  for (int64_t r = 0; r < nr; ++r) {
+    const int64_t* order = orows ? orows[r] : nullptr;
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == order; });
+    if (it == groups.end()) it = groups.insert(groups.end(), {order, {}});
+    if (it->second.empty() || it->second.back() != r / 16) it->second.push_back(r / 16);
+  }
+  return groups;
+}
+
 // float32 -> bfloat16, to nearest even (no NaN comes out of a sum of finite products)
 inline void store_bf16x16(uint16_t* p, __m512 v) {
   const __m512i bits = _mm512_castps_si512(v);
@@ -81,16 +111,7 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
   const int64_t c_lo = first, c_hi = first + (slots + kChunk - 1) / kChunk * kChunk;
   const int64_t chunks = (c_hi - c_lo) / kChunk, lda = c_hi - c_lo, row_tiles = (nr + 15) / 16, blocks = dims / 16;
   auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
-  // the first column where two rows' orders name different slots: chunks before it are shared
-  int64_t shared = chunks;
-  for (int64_t r = 1; r < nr && shared > 0; ++r) {
-    if (order_of(r) == order_of(0)) continue;
-    for (int64_t s = 0; s < std::min(slots, (shared * kChunk + c_lo) - first); ++s)
-      if (slot_of(order_of(r), first, slots, first + s) != slot_of(order_of(0), first, slots, first + s)) {
-        shared = std::min(shared, (first + s - c_lo) / kChunk);
-        break;
-      }
-  }
+  const int64_t shared = shared_chunks(orows, nr, first, slots, chunks);
   // A: the rows' probabilities at absolute columns [c_lo, c_hi), zeros outside their span and past nr
   static thread_local std::vector<uint16_t> a;
   static thread_local std::vector<uint32_t> b;
@@ -111,10 +132,7 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
         const bool two_g = g + 1 < row_tiles, two_n = n + 1 < blocks;
         const uint16_t* a0 = a.data() + g * 16 * lda;
         const uint16_t* a1 = a0 + 16 * lda;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        specdec_amx::zero_accumulators();
         for (int64_t j = 0; j < shared; ++j) {
           const uint32_t* bj = b.data() + j * chunk_words + n * 256;
           _tile_loadd(4, a0 + j * kChunk, a_stride);
@@ -141,17 +159,11 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
   // the rest, chunk by chunk: each distinct order's rows with its own values, from their stored sums
   if (shared < chunks) {
     alignas(64) float tmp[256];
-    std::vector<char> done(static_cast<size_t>(nr));
-    for (int64_t j = shared; j < chunks; ++j) {
-      std::fill(done.begin(), done.end(), 0);
-      for (int64_t r0 = 0; r0 < nr; ++r0) {
-        if (done[r0]) continue;
-        const int64_t* order = order_of(r0);
+    const auto groups = order_groups(orows, nr);
+    for (int64_t j = shared; j < chunks; ++j)
+      for (const auto& [order, row_tiles_of] : groups) {
         pack_values(vhead, dim, order, first, slots, c_lo + j * kChunk, d0, dims, b.data());
-        for (int64_t g = r0 / 16; g < row_tiles; ++g) {
-          bool any = false;
-          for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r) any = any || (!done[r] && order_of(r) == order);
-          if (!any) continue;
+        for (const int64_t g : row_tiles_of) {
           _tile_loadd(4, a.data() + g * 16 * lda + j * kChunk, a_stride);
           for (int64_t n = 0; n < blocks; ++n) {
             float* cg = c.data() + g * 16 * dims + n * 16;
@@ -160,13 +172,10 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
             _tile_dpbf16ps(0, 4, 6);
             _tile_stored(0, tmp, 64);
             for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r)
-              if (!done[r] && order_of(r) == order) std::memcpy(cg + (r - g * 16) * dims, tmp + (r - g * 16) * 16, 64);
+              if (order_of(r) == order) std::memcpy(cg + (r - g * 16) * dims, tmp + (r - g * 16) * 16, 64);
           }
         }
-        for (int64_t r = r0; r < nr; ++r)
-          if (order_of(r) == order) done[r] = 1;
       }
-    }
   }
   for (int64_t r = 0; r < nr; ++r)
     for (int64_t n = 0; n < blocks; ++n) store_bf16x16(outs[r] + d0 + 16 * n, _mm512_loadu_ps(c.data() + r * dims + 16 * n));
@@ -188,15 +197,7 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
   const int64_t chunks = (slots + kChunk - 1) / kChunk, lda = chunks * kChunk, row_tiles = (nr + 15) / 16;
   const int64_t blocks = dims / 16, rows_pad = row_tiles * 16;
   auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
-  int64_t shared = chunks;  // chunks before the first column where two rows' orders differ
-  for (int64_t r = 1; r < nr && shared > 0; ++r) {
-    if (order_of(r) == order_of(0)) continue;
-    for (int64_t s = 0; s < std::min(slots, shared * kChunk); ++s)
-      if (slot_of(order_of(r), first, slots, first + s) != slot_of(order_of(0), first, slots, first + s)) {
-        shared = std::min(shared, s / kChunk);
-        break;
-      }
-  }
+  const int64_t shared = shared_chunks(orows, nr, first, slots, chunks);
   // B: the probabilities, zero-padded to whole chunks and row tiles, then per (chunk, row tile) transposed
   // into pairs: word (p, r) = (P[r][32 j + 2 p], P[r][32 j + 2 p + 1])
   static thread_local std::vector<uint16_t> p;
@@ -249,10 +250,7 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
     for (int64_t n = 0; n < blocks; n += 2)
       for (int64_t g = 0; g < row_tiles; g += 2) {
         const bool two_n = n + 1 < blocks, two_g = g + 1 < row_tiles;
-        _tile_zero(0);
-        _tile_zero(1);
-        _tile_zero(2);
-        _tile_zero(3);
+        specdec_amx::zero_accumulators();
         for (int64_t j = 0; j < shared; ++j) {
           const int64_t stride = strides[j], row_words = stride / 2;  // bfloat16 per A row
           const uint32_t* bj = b.data() + j * row_tiles * 256 + g * 256;
@@ -279,19 +277,13 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
       }
   if (shared < chunks) {  // each distinct order's rows, chunk by chunk, from their stored sums
     alignas(64) float tmp[256];
-    std::vector<char> done(static_cast<size_t>(nr));
-    for (int64_t j = shared; j < chunks; ++j) {
-      std::fill(done.begin(), done.end(), 0);
-      for (int64_t r0 = 0; r0 < nr; ++r0) {
-        if (done[r0]) continue;
-        const int64_t* order = order_of(r0);
+    const auto groups = order_groups(orows, nr);
+    for (int64_t j = shared; j < chunks; ++j)
+      for (const auto& [order, row_tiles_of] : groups) {
         int64_t stride = 0;
         const uint16_t* chunk = columns(order, j, a.data() + shared * dims * kChunk, stride);
         const int64_t row_words = stride / 2;
-        for (int64_t g = r0 / 16; g < row_tiles; ++g) {
-          bool any = false;
-          for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r) any = any || (!done[r] && order_of(r) == order);
-          if (!any) continue;
+        for (const int64_t g : row_tiles_of) {
           _tile_loadd(6, b.data() + (j * row_tiles + g) * 256, 64);
           for (int64_t n = 0; n < blocks; ++n) {
             float* cn = c.data() + 16 * n * rows_pad + 16 * g;
@@ -300,14 +292,11 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
             _tile_dpbf16ps(0, 4, 6);
             _tile_stored(0, tmp, 64);
             for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r)
-              if (!done[r] && order_of(r) == order)
+              if (order_of(r) == order)
                 for (int64_t d = 0; d < 16; ++d) cn[d * rows_pad + (r - g * 16)] = tmp[d * 16 + (r - g * 16)];
           }
         }
-        for (int64_t r = r0; r < nr; ++r)
-          if (order_of(r) == order) done[r] = 1;
       }
-    }
   }
   alignas(64) uint32_t rows16[256];  // a 16-dim x 16-row block of the sums transposed: row r's 16 dims
   for (int64_t g = 0; g < row_tiles; ++g)

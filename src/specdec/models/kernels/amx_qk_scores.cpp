@@ -50,6 +50,17 @@ inline void pack_keys(const uint16_t* keys, int64_t stride, int64_t k_tiles, int
   }
 }
 
+// The query rows (float32 holding bfloat16 values, so exact) as bfloat16 into `out`, zero rows after them up
+// to `padded` rows.
+inline void query_bf16(const float* q, int64_t rows, int64_t padded, int64_t dim, std::vector<uint16_t>& out) {
+  out.assign(static_cast<size_t>(padded * dim), 0);
+  for (int64_t i = 0; i < rows * dim; ++i) {
+    uint32_t bits;
+    std::memcpy(&bits, q + i, 4);
+    out[i] = static_cast<uint16_t>(bits >> 16);
+  }
+}
+
 // The C tile `c` (16 rows x 16 slots) into out rows [row0, row0 + rows) and slots [s, s + n)
 inline void store_scores(int c, float* buf, float* out, int64_t ldo, int64_t row0, int64_t rows, int64_t s, int64_t n) {
   switch (c) {  // the tile index is an immediate
@@ -73,14 +84,9 @@ bool amx_score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t 
   if (dim % kTileK != 0 || rows <= 0 || !specdec_amx::amx_permitted()) return false;
   if (s1 <= s0) return true;
   const int64_t k_tiles = dim / kTileK, m_tiles = (rows + 15) / 16;
-  static thread_local std::vector<uint16_t> a;  // the query rows as bfloat16 (exact), zero rows to a whole tile
+  static thread_local std::vector<uint16_t> a;  // the query rows, zero rows to a whole tile
   static thread_local std::vector<uint32_t> b;  // two slot blocks' B tiles
-  a.assign(static_cast<size_t>(m_tiles * 16 * dim), 0);
-  for (int64_t i = 0; i < rows * dim; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, q + i, 4);
-    a[i] = static_cast<uint16_t>(bits >> 16);
-  }
+  query_bf16(q, rows, m_tiles * 16, dim, a);
   b.resize(static_cast<size_t>(2 * k_tiles * 256));
   uint32_t* b0 = b.data();
   uint32_t* b1 = b0 + k_tiles * 256;
@@ -95,10 +101,7 @@ bool amx_score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t 
       const bool two = g + 1 < m_tiles;
       const uint16_t* a0 = a.data() + g * 16 * dim;
       const uint16_t* a1 = a0 + 16 * dim;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      specdec_amx::zero_accumulators();
       for (int64_t kt = 0; kt < k_tiles; ++kt) {
         _tile_loadd(4, a0 + kt * kTileK, lda);
         _tile_loadd(6, b0 + kt * 256, 64);
@@ -138,12 +141,7 @@ bool amx_score_rows(const float* q, int64_t rows, const uint16_t* krows, int64_t
   const int64_t k_tiles = dim / kTileK, m_tiles = (rows + 15) / 16;
   static thread_local std::vector<uint16_t> qb;
   static thread_local std::vector<uint16_t> tail;  // 32 slots' keys where a tile would read past the buffer
-  qb.resize(static_cast<size_t>(rows * dim));
-  for (int64_t i = 0; i < rows * dim; ++i) {
-    uint32_t bits;
-    std::memcpy(&bits, q + i, 4);
-    qb[i] = static_cast<uint16_t>(bits >> 16);  // q holds bfloat16 values: exact
-  }
+  query_bf16(q, rows, rows, dim, qb);
   // B: word ((kt * m_tiles + g) * 16 + p) * 16 + m = (q[16 g + m][32 kt + 2 p], q[..][32 kt + 2 p + 1]), as pack_x
   static thread_local std::vector<uint32_t> b;
   b.assign(static_cast<size_t>(k_tiles * m_tiles * 256), 0);
@@ -178,10 +176,7 @@ bool amx_score_rows(const float* q, int64_t rows, const uint16_t* krows, int64_t
     for (int64_t g = 0; g < m_tiles; g += 2) {
       const bool two = g + 1 < m_tiles;
       const uint32_t* b0 = b.data() + g * 256;
-      _tile_zero(0);
-      _tile_zero(1);
-      _tile_zero(2);
-      _tile_zero(3);
+      specdec_amx::zero_accumulators();
       for (int64_t kt = 0; kt < k_tiles; ++kt) {
         _tile_loadd(4, a0 + kt * kTileK, lda);
         _tile_loadd(6, b0 + kt * m_tiles * 256, 64);

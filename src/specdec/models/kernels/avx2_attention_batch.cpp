@@ -346,6 +346,17 @@ at::Tensor chain_mask(const int64_t* positions, int64_t t, int64_t groups, int64
   return mask;
 }
 
+// One token's key or value vector into a cache buffer: slot-major [heads, capacity, dim] (one copy) or
+// dim-major [heads, dim, capacity] (one element in each dim's row).
+inline void put_slot(uint16_t* buf, bool slot_major, int64_t h, int64_t slot, int64_t dim, int64_t capacity,
+                     const uint16_t* src) {
+  if (slot_major) {
+    std::memcpy(buf + (h * capacity + slot) * dim, src, dim * sizeof(uint16_t));
+  } else {
+    for (int64_t d = 0; d < dim; ++d) buf[(h * dim + d) * capacity + slot] = src[d];
+  }
+}
+
 void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v, const at::Tensor& keys_t,
                   const at::Tensor& values, const at::Tensor& given_mask, const at::Tensor& order,
                   const int64_t* positions, int64_t start, int64_t end, int64_t slot, int64_t window,
@@ -381,30 +392,19 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                    (twinned || (keys_t.is_contiguous() && values.is_contiguous())) &&
                    (!given || given_mask.is_contiguous()) && q.stride(2) == 1 && k.stride(2) == 1 &&
                    v.stride(2) == 1 && out.is_contiguous();
-  // KVCache.write: pending slots [slot, slot + t)
-  if (twinned && raw) {
-    auto* kr = reinterpret_cast<uint16_t*>(keys_rows.data_ptr<at::BFloat16>());
-    auto* vtt = reinterpret_cast<uint16_t*>(values_t.data_ptr<at::BFloat16>());
+  // KVCache.write: pending slots [slot, slot + t), keys dim-major and values slot-major, or the twins the other
+  // way round
+  if (raw) {
+    const at::Tensor& kt = twinned ? keys_rows : keys_t;
+    const at::Tensor& vt = twinned ? values_t : values;
+    auto* kb = reinterpret_cast<uint16_t*>(kt.data_ptr<at::BFloat16>());
+    auto* vb = reinterpret_cast<uint16_t*>(vt.data_ptr<at::BFloat16>());
     const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
     const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
     for (int64_t i = 0; i < t; ++i)
       for (int64_t h = 0; h < kv_heads; ++h) {
-        const uint16_t* ks = kp + (start + i) * k.stride(0) + h * k.stride(1);
-        const uint16_t* vs = vp + (start + i) * v.stride(0) + h * v.stride(1);
-        std::memcpy(kr + (h * capacity + slot + i) * dim, ks, dim * sizeof(uint16_t));
-        for (int64_t d = 0; d < dim; ++d) vtt[(h * dim + d) * capacity + slot + i] = vs[d];
-      }
-  } else if (raw) {
-    auto* kt = reinterpret_cast<uint16_t*>(keys_t.data_ptr<at::BFloat16>());
-    auto* vt = reinterpret_cast<uint16_t*>(values.data_ptr<at::BFloat16>());
-    const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
-    const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
-    for (int64_t i = 0; i < t; ++i)
-      for (int64_t h = 0; h < kv_heads; ++h) {
-        const uint16_t* ks = kp + (start + i) * k.stride(0) + h * k.stride(1);
-        const uint16_t* vs = vp + (start + i) * v.stride(0) + h * v.stride(1);
-        for (int64_t d = 0; d < dim; ++d) kt[(h * dim + d) * capacity + slot + i] = ks[d];
-        std::memcpy(vt + (h * capacity + slot + i) * dim, vs, dim * sizeof(uint16_t));
+        put_slot(kb, twinned, h, slot + i, dim, capacity, kp + (start + i) * k.stride(0) + h * k.stride(1));
+        put_slot(vb, !twinned, h, slot + i, dim, capacity, vp + (start + i) * v.stride(0) + h * v.stride(1));
       }
   } else {
     keys_t.narrow(2, slot, t).copy_(k.narrow(0, start, t).permute({1, 2, 0}));
