@@ -213,11 +213,11 @@ def test_a_bad_sequence_raises_instead_of_aborting():
 @pytest.mark.skipif(not hasattr(fast_linear.kernel(), "amx_attention_ready"), reason="the AMX build only")
 @pytest.mark.parametrize("window", [None, 100])
 @pytest.mark.parametrize("rows,tree", [(1, False), (4, False), (40, False), (9, True), (16, True)])
-def test_the_caches_amx_twins_give_the_same_bits(rows, tree, window):
-    """On the AMX build the KV cache stores keys slot-major and values dim-major (kv_cache.py's twins; keys_t and
+def test_the_caches_tile_layout_gives_the_same_bits(rows, tree, window):
+    """On the AMX build the KV cache stores keys slot-major and values dim-major (kv_cache.py's tile layout; keys_t and
     values are views of them) and the tiles read them as stored, operands swapped: every row must equal the
     call on the plain layouts (which packs them), on one thread and on two, for decode steps, chains, prefill
-    chunks and trees near the buffer's end; and the new keys and values land in the twins."""
+    chunks and trees near the buffer's end; and the new keys and values land in the tile layout."""
     heads, kv_heads, groups, dim = 4, 1, 4, 256
     kern = fast_linear.kernel()
     assert kern.amx_attention_ready(dim)
@@ -237,10 +237,10 @@ def test_the_caches_amx_twins_give_the_same_bits(rows, tree, window):
                 plain = kern.attention_batch(q, k, v, [kt], [vv], [mask], [o], [0], [rows], [length], positions,
                                              -1 if window is None else window, 0.0625)
                 rows_k, vals_t = keys_t.transpose(1, 2).contiguous(), values.transpose(1, 2).contiguous()
-                twinned = kern.attention_batch(q, k, v, [rows_k.transpose(1, 2)], [vals_t.transpose(1, 2)], [mask],
+                tiled = kern.attention_batch(q, k, v, [rows_k.transpose(1, 2)], [vals_t.transpose(1, 2)], [mask],
                                                [o], [0], [rows], [length], positions,
                                                -1 if window is None else window, 0.0625, [rows_k], [vals_t])
-                assert torch.equal(twinned, plain), (length, threads)
+                assert torch.equal(tiled, plain), (length, threads)
                 assert torch.equal(rows_k.transpose(1, 2), kt) and torch.equal(vals_t.transpose(1, 2), vv)
     finally:
         torch.set_num_threads(before)

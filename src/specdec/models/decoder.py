@@ -282,14 +282,14 @@ class DecoderLayer(nn.Module):
         kern = fast_linear.kernel() if q.dtype == torch.bfloat16 and q.device.type == "cpu" else None
         if kern is not None and hasattr(kern, "attention_batch"):  # the loop below, in one C++ call
             buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
-            twins = [s.cache.twins(self.index) for s in sequences]  # the AMX build's (kv_cache.py), or empty
+            tiled = [s.cache.tile_buffers(self.index) for s in sequences]  # the AMX build's (kv_cache.py), or empty
             attn = kern.attention_batch(
                 q, k, v, [b[0] for b in buffers], [b[1] for b in buffers],
                 [s.masks.get(self.window, _NO_MASK) for s in sequences],  # none: a chain, the kernel's own mask
                 [s.order if s.order is not None else _NO_ORDER for s in sequences],
                 [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences],
                 positions, -1 if self.window is None else self.window, a.attn_scale,
-                [t[0] for t in twins], [t[1] for t in twins])
+                [t[0] for t in tiled], [t[1] for t in tiled])
         else:
             parts = []
             for s in sequences:
@@ -329,7 +329,7 @@ class DecoderLayer(nn.Module):
         if any(fast_linear.packed_copy(w) is not copy for w, copy in packed):
             return None
         buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
-        twins = [s.cache.twins(self.index) for s in sequences]
+        tiled = [s.cache.tile_buffers(self.index) for s in sequences]
         return kern.decoder_layer_call(
             h, address, tiles, kinds, out_features, norms, a.rms_norm_eps, a.gemma_norm,
             a.activation == "gelu_tanh", [a.num_heads, a.num_kv_heads, a.head_dim], cos, sin,
@@ -338,7 +338,7 @@ class DecoderLayer(nn.Module):
             [s.order if s.order is not None else _NO_ORDER for s in sequences],
             [s.start for s in sequences], [s.end for s in sequences], [s.cache.length for s in sequences],
             positions, -1 if self.window is None else self.window, a.attn_scale,
-            [t[0] for t in twins], [t[1] for t in twins])
+            [t[0] for t in tiled], [t[1] for t in tiled])
 
 
 @dataclass

@@ -10,8 +10,9 @@ the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_line
 multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp (and the LM head in
 bf16_packed_linear.cpp, see packed_head.py);
 on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
-scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span) and the argmax of
-logit rows (`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span; on the AMX
+build the scores and probs x values themselves on tiles, amx_qk_scores.cpp and amx_probs_values.cpp, for head dims
+that are multiples of 32) and the argmax of logit rows (`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
 (prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
 run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """

@@ -10,7 +10,7 @@ plain decoding.
 
 On CPUs whose kernels run attention on AMX tiles (amx_qk_scores.cpp, amx_probs_values.cpp), the cache stores
 keys slot-major ([layers, kv_heads, capacity, head_dim]) and values dim-major ([layers, kv_heads, head_dim,
-capacity]) instead, the layouts the tile multiplies read without repacking ("the twins"); `keys_t` and `values`
+capacity]) instead, the layouts the tile multiplies read without repacking ("the tile layout"); `keys_t` and `values`
 are then transposed views of them, so everything that reads or moves slots through those sees the same numbers.
 """
 
@@ -24,8 +24,8 @@ import torch
 _EMPTY = torch.empty(0)
 
 
-def tile_twins(head_dim: int, dtype: torch.dtype, device: torch.device) -> bool:
-    """Whether a cache of this shape keeps the AMX twins: bfloat16 on a CPU whose kernels run attention on
+def uses_tile_layout(head_dim: int, dtype: torch.dtype, device: torch.device) -> bool:
+    """Whether a cache of this shape stores the tile layout: bfloat16 on a CPU whose kernels run attention on
     tiles for this head dim."""
     if dtype != torch.bfloat16 or device.type != "cpu":
         return False
@@ -48,7 +48,7 @@ class KVCache:
         self.num_layers, self.num_kv_heads, self.head_dim = num_layers, num_kv_heads, head_dim
         self._keys_store = torch.empty(0, dtype=dtype, device=device)
         self._values_store = torch.empty(0, dtype=dtype, device=device)
-        self.twinned = tile_twins(head_dim, dtype, device)
+        self.tile_layout = uses_tile_layout(head_dim, dtype, device)
         self.resize(capacity)
 
     def resize(self, capacity: int) -> None:
@@ -64,15 +64,15 @@ class KVCache:
         # Keys are stored transposed ([layers, kv_heads, head_dim, capacity]) so q @ k needs no copy.
         # Zeros, not whatever was there: masked slots are multiplied by exactly 0 in attention, and 0 * NaN
         # would leak.
-        if self.twinned:  # the tiles' layouts (see the module's docstring), keys_t and values views of them
+        if self.tile_layout:  # the tiles' layouts (see the module's docstring), keys_t and values views of them
             self.keys_rows = self._keys_store[:need].view(shape_v).zero_()
             self.values_t = self._values_store[:need].view(shape_k).zero_()
             self.keys_t, self.values = self.keys_rows.transpose(2, 3), self.values_t.transpose(2, 3)
-            self.layer_twins = list(zip(self.keys_rows.unbind(0), self.values_t.unbind(0)))
+            self.layer_tile_buffers = list(zip(self.keys_rows.unbind(0), self.values_t.unbind(0)))
         else:
             self.keys_t = self._keys_store[:need].view(shape_k).zero_()
             self.values = self._values_store[:need].view(shape_v).zero_()
-            self.layer_twins = [(_EMPTY, _EMPTY)] * self.num_layers
+            self.layer_tile_buffers = [(_EMPTY, _EMPTY)] * self.num_layers
         # each layer's buffers as views made once: a batched decode step asks for them per sequence and layer
         self.layer_buffers = list(zip(self.keys_t.unbind(0), self.values.unbind(0)))
         # [capacity] position id held by each slot, -1 when empty; sliding windows are measured with it.
@@ -110,11 +110,11 @@ class KVCache:
             raise ValueError(f"{num_tokens} rows for {self.pending} pending slots")
         return self.layer_buffers[layer]
 
-    def twins(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
+    def tile_buffers(self, layer: int) -> tuple[torch.Tensor, torch.Tensor]:
         """One layer's buffers in the tiles' layouts (keys [kv_heads, capacity, head_dim], values [kv_heads,
         head_dim, capacity]; `layer` returns views of them), or two empty tensors where the cache keeps the
         plain layouts."""
-        return self.layer_twins[layer]
+        return self.layer_tile_buffers[layer]
 
     def commit(self, kept: Sequence[int]) -> None:
         """Keeps the pending entries at indices `kept` (ascending, relative to the last forward)."""

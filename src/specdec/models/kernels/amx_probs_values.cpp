@@ -182,8 +182,8 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
   return true;
 }
 
-// The same products from the cache's dim-major twin of the values (values_t [dim, capacity] of one head,
-// kv_cache.py keeps it on the AMX build): 16 dims x 32 columns of it are the A operand, loaded as stored,
+// The same products from the cache's dim-major values (values_t [dim, capacity] of one head: kv_cache.py's
+// tile layout on the AMX build): 16 dims x 32 columns of it are the A operand, loaded as stored,
 // and the rows' probabilities the B operand (each 16-row x 32-column block transposed into pairs once), so
 // no value is repacked and a decode step's four rows cost a fraction of the FMA loop's time. The chunks,
 // their order and every product are amx_probs_values's with the operands swapped, which the tile unit sums

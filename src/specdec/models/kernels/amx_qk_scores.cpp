@@ -127,8 +127,8 @@ bool amx_score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t 
   return true;
 }
 
-// The same scores from the cache's slot-major twin of the keys (keys_rows [capacity, dim] of one head,
-// kv_cache.py keeps it on the AMX build): the keys are the A operand, loaded as stored, and the query rows
+// The same scores from the cache's slot-major keys (keys_rows [capacity, dim] of one head: kv_cache.py's
+// tile layout on the AMX build): the keys are the A operand, loaded as stored, and the query rows
 // the B operand (packed once per call, pack_x), so no key is repacked; a decode step's four query rows cost
 // about a third of the FMA loop's time instead of more. Each score takes the same products, 32 dims per
 // multiply in the same order, with the operands swapped, which the tile unit sums alike (amx_rows_linear.cpp's

@@ -107,7 +107,7 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 
 #ifdef SPECDEC_AMX
 // probs x values of every value head's gn rows (row hr = h * gn + i) on AMX tiles, all of a head's rows in one
-// call, the heads' dims in parts on the threads: from the cache's dim-major twin of the values where it keeps
+// call, the heads' dims in parts on the threads: from the cache's dim-major values where it stores the tile layout
 // one (`vtp`, amx_values_rows), else from the values, packed once per call (amx_probs_values); the same bits.
 template <typename P, typename O, typename Out>
 void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity, const uint16_t* vp,
@@ -189,7 +189,7 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       const int64_t r0 = block * kRowBlock, r1 = std::min(gn, r0 + kRowBlock);
       const int64_t c0 = std::min(scored, (b % parts) * part_len), c1 = std::min(scored, c0 + part_len);
 #ifdef SPECDEC_AMX
-      if (krows != nullptr)  // the keys' slot-major twin: no repacking (amx_qk_scores.cpp), the same bits
+      if (krows != nullptr)  // the cache's slot-major keys: no repacking (amx_qk_scores.cpp), the same bits
         amx_score_rows(qf.data() + (h * gn + r0) * dim, r1 - r0, krows + (h * capacity + first) * dim,
                        capacity - first, dim, sp + (h * gn + r0) * scored, scored, c0, c1);
       else
@@ -378,33 +378,33 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
   const bool ordered = order.numel() > 0;
   // Raw pointers (no tensor op per sequence and layer) where the layouts allow, as for every decode step and
   // every verified tree (its mask given, its order contiguous int64).
-  // With the twins (the AMX build's cache, kv_cache.py) keys_t and values are transposed views of them: the
-  // raw path then writes and reads the twins only.
-  const bool twinned = keys_rows.defined() && keys_rows.numel() > 0;
-  if (twinned)
+  // With the tile layout (the AMX build's cache, kv_cache.py) keys_t and values are transposed views of
+  // keys_rows and values_t: the raw path then writes and reads those.
+  const bool tiled = keys_rows.defined() && keys_rows.numel() > 0;
+  if (tiled)
     TORCH_CHECK(keys_rows.is_contiguous() && values_t.is_contiguous() && keys_rows.dim() == 3 &&
                     keys_rows.size(0) == kv_heads && keys_rows.size(1) == capacity && keys_rows.size(2) == dim &&
                     values_t.dim() == 3 && values_t.size(0) == kv_heads && values_t.size(1) == dim &&
                     values_t.size(2) == capacity && keys_rows.scalar_type() == at::kBFloat16 &&
                     values_t.scalar_type() == at::kBFloat16,
-                "the twins: keys_rows [kv_heads, capacity, dim] and values_t [kv_heads, dim, capacity], contiguous");
+                "the tile layout: keys_rows [kv_heads, capacity, dim] and values_t [kv_heads, dim, capacity], contiguous");
   const bool raw = (!ordered || (given && order.is_contiguous() && order.scalar_type() == at::kLong)) &&
-                   (twinned || (keys_t.is_contiguous() && values.is_contiguous())) &&
+                   (tiled || (keys_t.is_contiguous() && values.is_contiguous())) &&
                    (!given || given_mask.is_contiguous()) && q.stride(2) == 1 && k.stride(2) == 1 &&
                    v.stride(2) == 1 && out.is_contiguous();
-  // KVCache.write: pending slots [slot, slot + t), keys dim-major and values slot-major, or the twins the other
-  // way round
+  // KVCache.write: pending slots [slot, slot + t), keys dim-major and values slot-major, or in the tile layout
+  // the other way round
   if (raw) {
-    const at::Tensor& kt = twinned ? keys_rows : keys_t;
-    const at::Tensor& vt = twinned ? values_t : values;
+    const at::Tensor& kt = tiled ? keys_rows : keys_t;
+    const at::Tensor& vt = tiled ? values_t : values;
     auto* kb = reinterpret_cast<uint16_t*>(kt.data_ptr<at::BFloat16>());
     auto* vb = reinterpret_cast<uint16_t*>(vt.data_ptr<at::BFloat16>());
     const auto* kp = reinterpret_cast<const uint16_t*>(k.data_ptr<at::BFloat16>());
     const auto* vp = reinterpret_cast<const uint16_t*>(v.data_ptr<at::BFloat16>());
     for (int64_t i = 0; i < t; ++i)
       for (int64_t h = 0; h < kv_heads; ++h) {
-        put_slot(kb, twinned, h, slot + i, dim, capacity, kp + (start + i) * k.stride(0) + h * k.stride(1));
-        put_slot(vb, !twinned, h, slot + i, dim, capacity, vp + (start + i) * v.stride(0) + h * v.stride(1));
+        put_slot(kb, tiled, h, slot + i, dim, capacity, kp + (start + i) * k.stride(0) + h * k.stride(1));
+        put_slot(vb, !tiled, h, slot + i, dim, capacity, vp + (start + i) * v.stride(0) + h * v.stride(1));
       }
   } else {
     keys_t.narrow(2, slot, t).copy_(k.narrow(0, start, t).permute({1, 2, 0}));
@@ -437,8 +437,8 @@ void one_sequence(const at::Tensor& q, const at::Tensor& k, const at::Tensor& v,
                               scale, reinterpret_cast<uint16_t*>(out.data_ptr<at::BFloat16>()) + start * out.stride(0),
                               out.stride(0), pf, ordered ? order.data_ptr<int64_t>() : nullptr,
                               std::max(stop, slot + t),
-                              twinned ? reinterpret_cast<const uint16_t*>(keys_rows.data_ptr<at::BFloat16>()) : nullptr,
-                              twinned ? reinterpret_cast<const uint16_t*>(values_t.data_ptr<at::BFloat16>()) : nullptr);
+                              tiled ? reinterpret_cast<const uint16_t*>(keys_rows.data_ptr<at::BFloat16>()) : nullptr,
+                              tiled ? reinterpret_cast<const uint16_t*>(values_t.data_ptr<at::BFloat16>()) : nullptr);
     } else {
       auto out_rows = out.narrow(0, start, t);
       span_rows(q.narrow(0, start, t), keys_t, values, mask, order, at::tensor(rows, index), first, stop,
@@ -480,10 +480,10 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
                   static_cast<int64_t>(starts.size()) == n && static_cast<int64_t>(ends.size()) == n,
               "one cache, mask, order, row span and slot per sequence");
   TORCH_CHECK(keys_rows.size() == values_t.size() && (keys_rows.empty() || static_cast<int64_t>(keys_rows.size()) == n),
-              "the twins: none, or one pair per sequence");
-  const at::Tensor no_twin;
-  auto twin = [&](const std::vector<at::Tensor>& list, int64_t i) -> const at::Tensor& {
-    return list.empty() || !list[i].defined() ? no_twin : list[i];
+              "the tile layout: none, or one pair per sequence");
+  const at::Tensor none_given;
+  auto tile_buffer = [&](const std::vector<at::Tensor>& list, int64_t i) -> const at::Tensor& {
+    return list.empty() || !list[i].defined() ? none_given : list[i];
   };
   TORCH_CHECK(q.scalar_type() == at::kBFloat16 && q.dim() == 3 && k.dim() == 3 && v.dim() == 3, "bfloat16 q, k, v");
   auto out = at::empty({q.size(0), q.size(1) * q.size(2)}, q.options());
@@ -495,7 +495,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
   if (small.size() == 1) large.push_back(small[0]), small.clear();  // no team for one: see below
   for (int64_t i : large)
     one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i], window,
-                 scale, out, nullptr, twin(keys_rows, i), twin(values_t, i));
+                 scale, out, nullptr, tile_buffer(keys_rows, i), tile_buffer(values_t, i));
   const int64_t m = static_cast<int64_t>(small.size());
   // Inside this region torch's and our kernels' own parallel loops run serially (in_parallel_region), and
   // nothing they compute depends on the thread count. (A region serialised by an `if` clause would not count
@@ -542,7 +542,7 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
           next_reads(keys_t[next], values[next], ends[next] - starts[next], slots[next], window, pf);
         }
         one_sequence(q, k, v, keys_t[i], values[i], masks[i], orders[i], pos, starts[i], ends[i], slots[i],
-                     window, scale, out, &pf, twin(keys_rows, i), twin(values_t, i));
+                     window, scale, out, &pf, tile_buffer(keys_rows, i), tile_buffer(values_t, i));
       } catch (...) {
 #pragma omp critical
         if (!error) error = std::current_exception();

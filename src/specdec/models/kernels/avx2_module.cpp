@@ -96,6 +96,6 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("values_t") = none);
 #ifdef SPECDEC_AMX
   m.def("amx_attention_ready", &amx_values_ready, "whether attention runs on AMX tiles for this head dim (the KV "
-        "cache then keeps its twins)");
+        "cache then stores its tile layout)");
 #endif
 }
