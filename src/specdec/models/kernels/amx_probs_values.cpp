@@ -14,6 +14,9 @@
 // call, and the columns it may not see are zero probabilities times finite values (the cache is zeroed when
 // sized; past the span, zeros), which change no sum. So a row's bits depend on its own probabilities and
 // values only: in plain decoding, in a verified chain or tree, in a prefill chunk or a batch.
+// Two forms, the same bits: amx_values_rows reads the cache's tile layout (values dim-major, kv_cache.py) as
+// stored, attention_batch's path on the AMX build; amx_probs_values packs a plain-layout cache's values
+// (decoder.attention's probs_values and attention_batch's tensor path).
 // Trees: rows read the value slots in their own orders. The leading chunks, where every row's order names
 // the same slots (the context), are computed for all rows at once; from the first chunk where two orders
 // differ (the tree's own slots), each order's rows continue from their stored accumulators with their own
@@ -112,7 +115,7 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
   const int64_t chunks = (c_hi - c_lo) / kChunk, lda = c_hi - c_lo, row_tiles = (nr + 15) / 16, blocks = dims / 16;
   auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
   const int64_t shared = shared_chunks(orows, nr, first, slots, chunks);
-  // A: the rows' probabilities at absolute columns [c_lo, c_hi), zeros outside their span and past nr
+  // A: the rows' probabilities over whole chunks from the span's first column, zeros past it and past nr
   static thread_local std::vector<uint16_t> a;
   static thread_local std::vector<uint32_t> b;
   static thread_local std::vector<float> c;
@@ -187,7 +190,7 @@ bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows,
 // and the rows' probabilities the B operand (each 16-row x 32-column block transposed into pairs once), so
 // no value is repacked and a decode step's four rows cost a fraction of the FMA loop's time. The chunks,
 // their order and every product are amx_probs_values's with the operands swapped, which the tile unit sums
-// alike (test_attention_tiles.py): the same bits. `capacity` is values_t's row length; a chunk that would
+// alike (tests/test_attention_batch_kernel.py): the same bits. `capacity` is values_t's row length; a chunk that would
 // read past it, and a tree's own chunks (each order's values gathered), read zero-padded copies.
 bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vt,
                      int64_t capacity, int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0,

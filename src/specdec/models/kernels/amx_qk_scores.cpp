@@ -132,7 +132,7 @@ bool amx_score_span(const float* q, int64_t rows, const uint16_t* keys, int64_t 
 // the B operand (packed once per call, pack_x), so no key is repacked; a decode step's four query rows cost
 // about a third of the FMA loop's time instead of more. Each score takes the same products, 32 dims per
 // multiply in the same order, with the operands swapped, which the tile unit sums alike (amx_rows_linear.cpp's
-// two forms rely on it; test_attention_tiles.py checks it): the bits are amx_score_span's. `krows` is the
+// two forms rely on it; tests/test_attention_batch_kernel.py checks it): the bits are amx_score_span's. `krows` is the
 // span's first slot, `readable` the slots readable from it (a tile past the buffer reads a zero-padded copy).
 bool amx_score_rows(const float* q, int64_t rows, const uint16_t* krows, int64_t readable, int64_t dim, float* out,
                     int64_t ldo, int64_t s0, int64_t s1) {
