@@ -51,7 +51,8 @@ MODEL_SPECS: dict[str, dict] = {
     # Gemma with tied embeddings (as the real one) just repeats its input token when random; untied, it
     # produces varied greedy output, which is what the end-to-end tests need
     "gemma_untied": dict(family="gemma3_text", config_overrides=dict(tie_word_embeddings=False)),
-    # head dim 32: on the AMX build its attention scores run on tiles (amx_qk_scores.cpp), 16 dims stay on FMAs
+    # head dim 32: on the AMX build its attention runs on tiles and its cache stores the tile layout
+    # (amx_qk_scores.cpp, amx_probs_values.cpp, kv_cache.py); the other tiny models' 16 dims stay on FMAs
     "gemma_dim32": dict(family="gemma3_text", config_overrides=dict(tie_word_embeddings=False, head_dim=32,
                                                                      query_pre_attn_scalar=32)),
     "gemma_draft": dict(family="gemma3_text", num_layers=2, seed=1, config_overrides=dict(tie_word_embeddings=False)),

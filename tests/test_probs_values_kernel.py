@@ -84,6 +84,26 @@ def test_ordered_rows_equal_an_explicit_gather():
         assert torch.equal(got[:, row : row + 1], _chain(probs[:, row : row + 1], values[:, order[row % 4]]))
 
 
+@pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="the AMX build only")
+@pytest.mark.parametrize("dim, slots", [(32, 5), (64, 77), (256, 300)])
+def test_amx_values_are_the_tile_units_sums_in_chunks_of_32_columns(dim, slots):
+    """Head dims that are multiples of 32 run on tiles: each output has the bits the AMX linear gives for
+    probs @ values (one TDPBF16PS per 32 columns in order, from zero), rounded to bfloat16; a row alone gets
+    the same bits; ordered rows equal the same sums over their gathered values (a tree node's order)."""
+    probs, values = _case(heads=2, tokens=5, groups=4, slots=slots, dim=dim, seed=dim)
+    k, none = fast_linear.kernel(), torch.empty(0, dtype=torch.long)
+    got = k.probs_values(probs, values, none, 5)
+    want = torch.stack([k.rows_linear(probs[h], values[h].t().contiguous()) for h in range(2)]).bfloat16()
+    assert torch.equal(got, want)
+    alone = torch.cat([k.probs_values(probs[:, r : r + 1], values, none, 1) for r in range(probs.shape[1])], dim=1)
+    assert torch.equal(alone, got)
+    order = torch.stack([torch.randperm(slots, generator=torch.Generator().manual_seed(i)) for i in range(5)])
+    ordered = k.probs_values(probs, values, order, 5)
+    for row in range(probs.shape[1]):
+        gathered = values[:, order[row % 5]].contiguous()
+        assert torch.equal(ordered[:, row : row + 1], k.probs_values(probs[:, row : row + 1], gathered, none, 1))
+
+
 def test_bad_shapes_are_refused():
     probs, values = _case()
     with pytest.raises(RuntimeError, match="order"):
