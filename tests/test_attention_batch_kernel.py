@@ -214,10 +214,11 @@ def test_a_bad_sequence_raises_instead_of_aborting():
 @pytest.mark.parametrize("window", [None, 100])
 @pytest.mark.parametrize("rows,tree", [(1, False), (4, False), (40, False), (9, True), (16, True)])
 def test_the_caches_tile_layout_gives_the_same_bits(rows, tree, window):
-    """On the AMX build the KV cache stores keys slot-major and values dim-major (kv_cache.py's tile layout; keys_t and
-    values are views of them) and the tiles read them as stored, operands swapped: every row must equal the
-    call on the plain layouts (which packs them), on one thread and on two, for decode steps, chains, prefill
-    chunks and trees near the buffer's end; and the new keys and values land in the tile layout."""
+    """On the AMX build the KV cache stores keys slot-major and values dim-major (kv_cache.py's tile layout;
+    keys_t and values are views of them) and the tiles read them as stored: every row must equal the call on
+    the plain layouts (copied into the tile layout per call), on one thread and on two, for decode steps,
+    chains, prefill chunks and trees near the buffer's end; and the new keys and values land in the tile
+    layout."""
     heads, kv_heads, groups, dim = 4, 1, 4, 256
     kern = fast_linear.kernel()
     assert kern.amx_attention_ready(dim)

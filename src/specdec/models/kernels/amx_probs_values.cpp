@@ -14,9 +14,8 @@
 // call, and the columns it may not see are zero probabilities times finite values (the cache is zeroed when
 // sized; past the span, zeros), which change no sum. So a row's bits depend on its own probabilities and
 // values only: in plain decoding, in a verified chain or tree, in a prefill chunk or a batch.
-// Two forms, the same bits: amx_values_rows reads the cache's tile layout (values dim-major, kv_cache.py) as
-// stored, attention_batch's path on the AMX build; amx_probs_values packs a plain-layout cache's values
-// (decoder.attention's probs_values and attention_batch's tensor path).
+// amx_values_rows reads the cache's tile layout (values dim-major, kv_cache.py) as stored: attention_batch's
+// path on the AMX build; amx_probs_values lays a plain-layout cache's values out so first.
 // Trees: rows read the value slots in their own orders. The leading chunks, where every row's order names
 // the same slots (the context), are computed for all rows at once; from the first chunk where two orders
 // differ (the tree's own slots), each order's rows continue from their stored accumulators with their own
@@ -42,25 +41,6 @@ constexpr int64_t kChunk = 32;  // columns per tile multiply (its k)
 inline int64_t slot_of(const int64_t* order, int64_t first, int64_t slots, int64_t col) {
   if (col < first || col >= first + slots) return -1;
   return order ? order[col - first] : col;
-}
-
-// One chunk's B tiles for dims [d0, d0 + dims): tile n (16 dims) row i holds, per dim, the values of the
-// chunk's columns 2i and 2i + 1 as one 32-bit word; a column outside the span gives zeros.
-inline void pack_values(const uint16_t* vhead, int64_t dim, const int64_t* order, int64_t first, int64_t slots,
-                        int64_t col0, int64_t d0, int64_t dims, uint32_t* b) {
-  const int64_t blocks = dims / 16;
-  for (int64_t i = 0; i < kChunk / 2; ++i) {
-    const int64_t sa = slot_of(order, first, slots, col0 + 2 * i), sb = slot_of(order, first, slots, col0 + 2 * i + 1);
-    const uint16_t* va = sa < 0 ? nullptr : vhead + sa * dim + d0;
-    const uint16_t* vb = sb < 0 ? nullptr : vhead + sb * dim + d0;
-    for (int64_t n = 0; n < blocks; ++n) {
-      const __m512i lo = va ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(va + 16 * n)))
-                            : _mm512_setzero_si512();
-      const __m512i hi = vb ? _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(vb + 16 * n)))
-                            : _mm512_setzero_si512();
-      _mm512_storeu_si512(b + (n * 16 + i) * 16, _mm512_or_si512(lo, _mm512_slli_epi32(hi, 16)));
-    }
-  }
 }
 
 // How many of the span's leading chunks every row reads in the same slots (all of them without orders; a
@@ -105,93 +85,12 @@ inline void store_bf16x16(uint16_t* p, __m512 v) {
 
 // `nr` rows of one value head: row r's probabilities prows[r] over columns [first, first + slots), column s
 // reading value slot orows[r][s] (orows or orows[r] null: slot first + s), into outs[r]'s dims [d0, d0 + dims)
-// (bfloat16). False (nothing written) where it does not apply: dim, d0 or dims not multiples of 32 / 16, or
-// no AMX tile state from the OS.
-bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
-                      int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims) {
-  if (dim % 32 != 0 || d0 % 16 != 0 || dims % 16 != 0 || !specdec_amx::amx_permitted()) return false;
-  if (nr <= 0 || dims <= 0) return true;
-  const int64_t c_lo = first, c_hi = first + (slots + kChunk - 1) / kChunk * kChunk;
-  const int64_t chunks = (c_hi - c_lo) / kChunk, lda = c_hi - c_lo, row_tiles = (nr + 15) / 16, blocks = dims / 16;
-  auto order_of = [&](int64_t r) { return orows ? orows[r] : nullptr; };
-  const int64_t shared = shared_chunks(orows, nr, first, slots, chunks);
-  // A: the rows' probabilities over whole chunks from the span's first column, zeros past it and past nr
-  static thread_local std::vector<uint16_t> a;
-  static thread_local std::vector<uint32_t> b;
-  static thread_local std::vector<float> c;
-  a.assign(static_cast<size_t>(row_tiles * 16 * lda), 0);
-  for (int64_t r = 0; r < nr; ++r) std::memcpy(a.data() + r * lda + (first - c_lo), prows[r], slots * 2);
-  c.assign(static_cast<size_t>(row_tiles * 16 * dims), 0.0f);
-  const int64_t chunk_words = blocks * 256;  // one chunk's B tiles
-  b.resize(static_cast<size_t>(std::max<int64_t>(shared, 1) * chunk_words));
-  for (int64_t j = 0; j < shared; ++j)
-    pack_values(vhead, dim, order_of(0), first, slots, c_lo + j * kChunk, d0, dims, b.data() + j * chunk_words);
-  specdec_amx::AttentionTiles tiles;  // 16 rows x 64 bytes: C 0-3, A 4-5, B 6-7
-  const int64_t a_stride = lda * 2, c_stride = dims * 4;
-  // the shared chunks: 2 row tiles x 2 dim blocks of accumulators in the tiles across all of them
-  if (shared > 0)
-    for (int64_t g = 0; g < row_tiles; g += 2)
-      for (int64_t n = 0; n < blocks; n += 2) {
-        const bool two_g = g + 1 < row_tiles, two_n = n + 1 < blocks;
-        const uint16_t* a0 = a.data() + g * 16 * lda;
-        const uint16_t* a1 = a0 + 16 * lda;
-        specdec_amx::zero_accumulators();
-        for (int64_t j = 0; j < shared; ++j) {
-          const uint32_t* bj = b.data() + j * chunk_words + n * 256;
-          _tile_loadd(4, a0 + j * kChunk, a_stride);
-          _tile_loadd(6, bj, 64);
-          _tile_dpbf16ps(0, 4, 6);
-          if (two_n) {
-            _tile_loadd(7, bj + 256, 64);
-            _tile_dpbf16ps(1, 4, 7);
-          }
-          if (two_g) {
-            _tile_loadd(5, a1 + j * kChunk, a_stride);
-            _tile_dpbf16ps(2, 5, 6);
-            if (two_n) _tile_dpbf16ps(3, 5, 7);
-          }
-        }
-        float* c0 = c.data() + g * 16 * dims + n * 16;
-        _tile_stored(0, c0, c_stride);
-        if (two_n) _tile_stored(1, c0 + 16, c_stride);
-        if (two_g) {
-          _tile_stored(2, c0 + 16 * dims, c_stride);
-          if (two_n) _tile_stored(3, c0 + 16 * dims + 16, c_stride);
-        }
-      }
-  // the rest, chunk by chunk: each distinct order's rows with its own values, from their stored sums
-  if (shared < chunks) {
-    alignas(64) float tmp[256];
-    const auto groups = order_groups(orows, nr);
-    for (int64_t j = shared; j < chunks; ++j)
-      for (const auto& [order, row_tiles_of] : groups) {
-        pack_values(vhead, dim, order, first, slots, c_lo + j * kChunk, d0, dims, b.data());
-        for (const int64_t g : row_tiles_of) {
-          _tile_loadd(4, a.data() + g * 16 * lda + j * kChunk, a_stride);
-          for (int64_t n = 0; n < blocks; ++n) {
-            float* cg = c.data() + g * 16 * dims + n * 16;
-            _tile_loadd(0, cg, c_stride);
-            _tile_loadd(6, b.data() + n * 256, 64);
-            _tile_dpbf16ps(0, 4, 6);
-            _tile_stored(0, tmp, 64);
-            for (int64_t r = g * 16; r < std::min(nr, g * 16 + 16); ++r)
-              if (order_of(r) == order) std::memcpy(cg + (r - g * 16) * dims, tmp + (r - g * 16) * 16, 64);
-          }
-        }
-      }
-  }
-  for (int64_t r = 0; r < nr; ++r)
-    for (int64_t n = 0; n < blocks; ++n) store_bf16x16(outs[r] + d0 + 16 * n, _mm512_loadu_ps(c.data() + r * dims + 16 * n));
-  return true;
-}
-
-// The same products from the cache's dim-major values (values_t [dim, capacity] of one head: kv_cache.py's
-// tile layout on the AMX build): 16 dims x 32 columns of it are the A operand, loaded as stored,
-// and the rows' probabilities the B operand (each 16-row x 32-column block transposed into pairs once), so
-// no value is repacked and a decode step's four rows cost a fraction of the FMA loop's time. The chunks,
-// their order and every product are amx_probs_values's with the operands swapped, which the tile unit sums
-// alike (tests/test_attention_batch_kernel.py): the same bits. `capacity` is values_t's row length; a chunk that would
-// read past it, and a tree's own chunks (each order's values gathered), read zero-padded copies.
+// (bfloat16), from the head's dim-major values (values_t [dim, capacity]: kv_cache.py's tile layout on the AMX
+// build). 16 dims x 32 columns of it are the A operand, loaded as stored, and the rows' probabilities the B
+// operand (each 16-row x 32-column block transposed into pairs once), so no value is repacked and a decode
+// step's four rows cost a fraction of the FMA loop's time. A chunk that would read past `capacity`, and a
+// tree's own chunks (each order's values gathered), read zero-padded copies. False (nothing written) where
+// it does not apply: dim, d0 or dims not multiples of 32 / 16, or no AMX tile state from the OS.
 bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vt,
                      int64_t capacity, int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0,
                      int64_t dims) {
@@ -312,11 +211,32 @@ bool amx_values_rows(const uint16_t* const* prows, const int64_t* const* orows, 
   return true;
 }
 
+// Whether the tiles run probs x values for a head dim: the choice depends on the model only, never on the call.
+bool amx_values_ready(int64_t dim) { return dim % 32 == 0 && specdec_amx::amx_permitted(); }
+
+// amx_values_rows for a cache in the plain layout (values [capacity, dim] of one head, `vhead` its slot 0):
+// the slots the rows read are laid out dim-major in a copy first (decoder.attention's probs_values and
+// attention_batch's tensor path; the AMX build's own cache needs none). The same chunks and products: the
+// same bits.
+bool amx_probs_values(const uint16_t* const* prows, const int64_t* const* orows, int64_t nr, const uint16_t* vhead,
+                      int64_t first, int64_t slots, int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims) {
+  if (!amx_values_ready(dim)) return false;
+  int64_t lo = first, hi = first + slots;  // the slots read: the span, or wherever a row's order points
+  for (int64_t r = 0; orows != nullptr && r < nr; ++r)
+    for (int64_t s = 0; orows[r] != nullptr && s < slots; ++s) {
+      lo = std::min(lo, orows[r][s]);
+      hi = std::max(hi, orows[r][s] + 1);
+    }
+  static thread_local std::vector<uint16_t> vt;  // [dim][hi], rows [d0, d0 + dims) and slots [lo, hi) filled
+  vt.resize(static_cast<size_t>(dim * hi));
+  for (int64_t sl = lo; sl < hi; ++sl)
+    for (int64_t d = d0; d < d0 + dims; ++d) vt[d * hi + sl] = vhead[sl * dim + d];
+  return amx_values_rows(prows, orows, nr, vt.data(), hi, first, slots, dim, outs, d0, dims);
+}
+
 // attention_batch's threads hold one tile configuration across their sequences (amx_attention_tiles.h)
 void amx_attention_tiles_enter() { specdec_amx::attention_tiles_enter(); }
 void amx_attention_tiles_leave() { specdec_amx::attention_tiles_leave(); }
 
-// Whether amx_probs_values applies to a head dim: the choice depends on the model only, never on the call.
-bool amx_values_ready(int64_t dim) { return dim % 32 == 0 && specdec_amx::amx_permitted(); }
 
 #pragma GCC pop_options

@@ -107,8 +107,8 @@ void span_rows(const at::Tensor& qs_all, const at::Tensor& keys_t, const at::Ten
 
 #ifdef SPECDEC_AMX
 // probs x values of every value head's gn rows (row hr = h * gn + i) on AMX tiles, all of a head's rows in one
-// call, the heads' dims in parts on the threads: from the cache's dim-major values where it stores the tile layout
-// one (`vtp`, amx_values_rows), else from the values, packed once per call (amx_probs_values); the same bits.
+// call, the heads' dims in parts on the threads: from the cache's dim-major values where it stores the tile
+// layout (`vtp`, amx_values_rows), else from the values laid out so in a copy (amx_probs_values); the same bits.
 template <typename P, typename O, typename Out>
 void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity, const uint16_t* vp,
                      const uint16_t* vtp, int64_t first, int64_t len, int64_t threads, P prow_of, O order_of,
