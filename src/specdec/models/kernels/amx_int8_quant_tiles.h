@@ -201,8 +201,11 @@ void row_tile_sub(const uint8_t* bops, const S* s, const int16_t* subs, const Ac
 
 #undef SPECDEC_BLOCK_SUMS
 
-// Every column tile against x's first m_size rows (a multiple of 16; a: the quantized rows, a.m of them)
-// into y; the arguments as the VNNI loop's run_tiles.
+// Every column tile against x's first m_size rows (a: the quantized rows, a.m of them) into y; the arguments
+// as the VNNI loop's run_tiles. A last partial row tile reads past row a.m - 1 (the next block's rows, or the
+// padding that run() leaves after the last block) and stores only its own rows: each row's sums and chain are
+// its own, so the padding changes no bit, and the few rows left over no longer cost the VNNI loop a second
+// pass over the weights.
 template <typename S>
 void amx_run_tiles(const S* sp, const at::Tensor& scales, const Activations& a, int64_t m_size,
                    const at::Tensor& quants, const at::Tensor& mins, const at::Tensor& sub_scales, int64_t kind,
@@ -230,7 +233,7 @@ void amx_run_tiles(const S* sp, const at::Tensor& scales, const Activations& a, 
           row_tile_plain<true>(bops, false, s, s_step, minp + t * tile_scales, a, row0, out);
         else
           row_tile_plain<false>(bops, kind == 0 && row0 == 0, s, s_step, s, a, row0, out);
-        for (int64_t r = 0; r < 16; ++r) y.store(row0 + r, t * kTile, out + 16 * r, kTile);
+        for (int64_t r = 0; r < std::min<int64_t>(16, m_size - row0); ++r) y.store(row0 + r, t * kTile, out + 16 * r, kTile);
       }
     }
   }

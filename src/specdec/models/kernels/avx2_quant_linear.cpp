@@ -214,6 +214,8 @@ void tile_s5(const uint8_t* w, const S* s, const Activations& a, int64_t row0, c
 void quantize_rows(const float* x, int64_t m_size, int64_t k_size, int8_t* q, int8_t* absq, float* dx, float* sx,
                    int32_t* bsum) {
   const int64_t blocks = k_size / kBlock;
+  // a prefill's rows on the threads (each row's values are its own)
+#pragma omp parallel for schedule(static) num_threads(at::get_num_threads()) if (m_size >= 32)
   for (int64_t m = 0; m < m_size; ++m)
     for (int64_t b = 0; b < blocks; ++b) {
       const float* xb = x + m * k_size + b * kBlock;
@@ -293,11 +295,16 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
       specdec_rows2::run_rows(xp, act, m_size, k_size, scales.data_ptr<float>(), quants, ints, kind, y);
     return;
   }
-  // plain buffers rather than tensors: a decode step makes ~70 calls, and each at::empty costs a dispatch
-  std::vector<float> xf;
-  std::vector<int8_t> q(m_size * k_size), absq(m_size * k_size);
-  std::vector<float> dx(m_size * blocks), sx(m_size * blocks);
-  std::vector<int32_t> bsum(m_size * blocks);
+  // plain buffers rather than tensors (a decode step makes ~70 calls, and each at::empty costs a dispatch),
+  // reused from call to call: a prefill's fresh megabytes were page faults and zero fills on every call
+  static thread_local std::vector<float> xf, dx, sx;
+  static thread_local std::vector<int8_t> q, absq;
+  static thread_local std::vector<int32_t> bsum;
+  q.resize(m_size * k_size);
+  absq.resize(m_size * k_size);
+  dx.resize(m_size * blocks);
+  sx.resize(m_size * blocks);
+  bsum.resize(m_size * blocks);
   quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), absq.data(), dx.data(), sx.data(),
                 bsum.data());
   const Activations a{q.data(), absq.data(), dx.data(), sx.data(), bsum.data(), k_size, blocks};
