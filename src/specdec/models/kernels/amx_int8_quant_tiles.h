@@ -220,7 +220,8 @@ void amx_run_tiles(const S* sp, const at::Tensor& scales, const Activations& a, 
 #pragma omp parallel num_threads(at::get_num_threads())
   {
     specdec_amx::ThreadTiles tile_state(int8_tile_config(sub));
-    std::vector<uint8_t> scratch(kind == 0 ? 0 : a.blocks * 512);
+    static thread_local std::vector<uint8_t> scratch;  // reused: the unpacked B operands of one column tile
+    scratch.resize(kind == 0 ? 0 : a.blocks * 512);
     alignas(64) float out[256];
 #pragma omp for schedule(static)
     for (int64_t t = 0; t < tiles; ++t) {
