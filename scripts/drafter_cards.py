@@ -47,10 +47,10 @@ COMMANDS = {
                   "75, stage 2 above; started with `--max-steps 290`, ended with `--resume --max-steps 225`",
     "dflash-b8": "specdec train dflash --data datasets/gemma-3-270m-distill-long,datasets/gemma-3-270m-distill-128-s19,"
                  "datasets/gemma-3-270m-distill-128,datasets/gemma-3-270m-distill-128-s18 --output "
-                 "out/train/dflash-b8-long4 --init-from src/specdec/drafters/gemma-3-270m-dflash-b8 --max-minutes 95 "
-                 "--max-steps 2400 --tokens-per-step 2048 --lr 1.5e-4 --warmup-steps 20 --checkpoint-every 25 "
-                 "--threads 2 --max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 22` (stopped by its "
-                 "95-minute budget; for about 40 minutes it shared the CPU with this session's diagnostics, tests and CI",
+                 "out/train/dflash-b8-long5 --init-from src/specdec/drafters/gemma-3-270m-dflash-b8 --max-minutes 70 "
+                 "--max-steps 2400 --tokens-per-step 2048 --lr 1e-4 --warmup-steps 20 --checkpoint-every 25 "
+                 "--threads 2 --max-seq-len 4608 --feature-cache data/fc-long --cache-budget-gb 22` (nice 19; stopped "
+                 "at its 2,400 steps; for about 15 minutes it shared the CPU with that session's benchmarks and tests",
 }
 # Earlier stages of a drafter that was fine-tuned (--init-from): <drafter>/training_stages.json, each
 # stage's command and the steps, tokens, wall time and data of its training_report.json (or, for a stage
@@ -78,16 +78,17 @@ def describe(data: dict) -> str:
 RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes", "held-out-before", "held-out-shipped",
         "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
         "eagle3-long6", "xeon-fused-attention", "xeon-one-call", "defaults/auto-xeon", "dflash-long2",
-        "defaults/dflash-long2", "eagle3-long7", "dflash-long3", "defaults/dflash-long3", "dflash-long4", "defaults/dflash-long4"]
+        "defaults/dflash-long2", "eagle3-long7", "dflash-long3", "defaults/dflash-long3", "dflash-long4", "defaults/dflash-long4", "dflash-long5",
+        "defaults/dflash-long5"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
-SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long4")]),
+SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long5")]),
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
                                       "held-out-before", "held-out-shipped", "defaults/check",
                                       "eagle3-long4-candidate", "hybrid-k7", "eagle3-trees-xeon", "eagle3-long6",
                                       "xeon-fused-attention", "xeon-one-call"}}
 # Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
 MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long7"): "out/train/eagle3-long7",
-               ("gemma-3-270m-dflash-b8", "dflash-long4"): "out/train/dflash-b8-long4"}
+               ("gemma-3-270m-dflash-b8", "dflash-long5"): "out/train/dflash-b8-long5"}
 
 
 def bench_rows(name: str, model_dir: str) -> list[str]:

@@ -9,7 +9,7 @@
 #          specdec_tuning after a retrain or a kernel change (not part of the default PARTS)
 #   amx    MT-Bench on a CPU whose bf16 kernels are the AMX build: Medusa's, MTP's and DFlash's stored "auto" beside
 #          their fixed shapes, for `specdec_default_proposal_method_by_kernels` (not part of the default PARTS;
-#          runs defaults/auto-xeon and, for DFlash's current weights, defaults/$DFLASH_RUN: dflash-long4)
+#          runs defaults/auto-xeon and, for DFlash's current weights, defaults/$DFLASH_RUN: dflash-long5)
 #   check  the bare configs (the stored settings) beside fixed lengths on the other kinds (scripts/check_defaults.py)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -88,7 +88,7 @@ if has amx; then
   .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$AMX" --no-progress \
     --output "$OUT/auto-xeon-mt_bench.json" | tee "$OUT/auto-xeon-mt_bench.txt"
   .venv/bin/specdec bench --prompts "$MT" --per-category 1 --speculative-config "$AMX_DFLASH" --no-progress \
-    --output "$OUT/${DFLASH_RUN:-dflash-long4}-mt_bench.json" | tee "$OUT/${DFLASH_RUN:-dflash-long4}-mt_bench.txt"
+    --output "$OUT/${DFLASH_RUN:-dflash-long5}-mt_bench.json" | tee "$OUT/${DFLASH_RUN:-dflash-long5}-mt_bench.txt"
 fi
 if has check; then
   .venv/bin/specdec bench --prompts "$OTHER" --per-category 3 --speculative-config "$CHECK" --no-progress \
