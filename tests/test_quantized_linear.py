@@ -300,7 +300,7 @@ def test_avx512_builds_are_exact_at_minus_128(isa):
     assert torch.equal(got, reference_linear(x, blocks))
 
 
-def test_the_amx_build_runs_whole_row_tiles_on_amx():
+def test_the_amx_build_runs_every_row_of_a_large_call_on_amx():
     """The AMX-INT8 build's split, so that its tests above do reach AMX: every row of a call (its last row tile
     padded), none below 16 rows (32 for u4); the VNNI-only build none."""
     module = build_or_skip("amx_int8")

@@ -298,6 +298,11 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   c.resize((blocks * m_size + kPad) * 2);
   dx.resize(blocks * m_size + kPad);
   sx.resize(blocks * m_size + kPad);
+  // the padding zeroed: an earlier call's leftovers there could be denormals, which slow the float chains
+  std::fill(q.end() - kPad * kBlock, q.end(), 0);
+  std::fill(c.end() - kPad * 2, c.end(), 0);
+  std::fill(dx.end() - kPad, dx.end(), 0.0f);
+  std::fill(sx.end() - kPad, sx.end(), 0.0f);
   quantize_rows(specdec_quant::float_rows(x, xf), m_size, k_size, q.data(), c.data(), dx.data(), sx.data());
   const Activations a{q.data(), c.data(), dx.data(), sx.data(), m_size, blocks};
   const bool half = scales.scalar_type() == at::kHalf;
