@@ -283,8 +283,9 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock, tiles = quants.size(0);
   if (m_size == 0 || tiles == 0) return;
+  // x as float32, reused from call to call (a prefill's fresh megabytes were page faults) by every kind
+  static thread_local std::vector<float> xf;
   if (kind >= 3) {  // s8r, u4r: x per row, one int32 sum per output (avx2_quant_rows.h)
-    std::vector<float> xf;
     const float* xp = specdec_quant::float_rows(x, xf);
     const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
     const int16_t* ints = kind == 4 ? sub_scales.data_ptr<int16_t>() : nullptr;
@@ -297,7 +298,7 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   }
   // plain buffers rather than tensors (a decode step makes ~70 calls, and each at::empty costs a dispatch),
   // reused from call to call: a prefill's fresh megabytes were page faults and zero fills on every call
-  static thread_local std::vector<float> xf, dx, sx;
+  static thread_local std::vector<float> dx, sx;
   static thread_local std::vector<int8_t> q, absq;
   static thread_local std::vector<int32_t> bsum;
   q.resize(m_size * k_size);

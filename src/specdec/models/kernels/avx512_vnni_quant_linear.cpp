@@ -266,8 +266,9 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
          const at::Tensor& sub_scales, int64_t kind, bool sub, const specdec_quant::OutputRows& y) {
   const int64_t m_size = x.size(0), k_size = x.size(1), blocks = k_size / kBlock;
   if (m_size == 0 || quants.size(0) == 0) return;
+  // x as float32, reused from call to call (a fresh 128 KB buffer is an mmap and page faults) by every kind
+  static thread_local std::vector<float> xf;
   if (kind == 4) {  // u4r (int4): x per row, one int32 sum per output (avx512_u4r_rows.h)
-    static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
     const float* xp = specdec_quant::float_rows(x, xf);
     const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
     const int16_t* ints = sub_scales.data_ptr<int16_t>();
@@ -278,7 +279,6 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
     return;
   }
   if (kind == 3) {  // s8r (w8a8_int8): x per row, one int32 sum per output (avx512_w8a8_rows.h)
-    static thread_local std::vector<float> xf;  // reused: a fresh 128 KB buffer is an mmap and page faults
     const float* xp = specdec_quant::float_rows(x, xf);
     const float* act = mins.numel() > 0 ? mins.data_ptr<float>() : nullptr;  // SmoothQuant's multipliers
     if (scales.scalar_type() == at::kHalf)
@@ -289,7 +289,6 @@ void run(at::Tensor x, const at::Tensor& quants, const at::Tensor& scales, const
   }
   // plain buffers rather than tensors (a decode step makes ~70 calls, and each at::empty costs a dispatch),
   // reused from call to call: a prefill's fresh megabytes were page faults and zero fills on every call
-  static thread_local std::vector<float> xf;
   static thread_local std::vector<int8_t> q;
   static thread_local std::vector<int32_t> c;
   static thread_local std::vector<float> dx, sx;
