@@ -66,6 +66,31 @@ def test_every_row_is_the_documented_arithmetic(heads, kv_heads):
         start += n
 
 
+def test_long_rows_split_over_keys_and_dimensions_keep_the_documented_arithmetic():
+    """Rows over more entries than one piece of the scores' work (128) and heads wider than one piece of the
+    values' (64 dimensions, the last one partial): the threads split them, and every row stays bit for bit the
+    header's arithmetic, as when one thread runs it all."""
+    dim, heads, lengths, rows = 136, 4, [300, 5], [2, 1]
+    kv = caches(lengths, 1, dim, capacity=320, seed=6)
+    q = torch.randn(heads, sum(rows), dim, generator=torch.Generator().manual_seed(7))
+    scale = 1 / math.sqrt(dim)
+    out = kernel.draft_attention(q, [k for k, _ in kv], [v for _, v in kv], rows, scale)
+    threads = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one_thread = kernel.draft_attention(q, [k for k, _ in kv], [v for _, v in kv], rows, scale)
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(out, one_thread)
+    start = 0
+    for (k, v), n, length in zip(kv, rows, lengths):
+        for r in range(n):
+            visible = length - n + r + 1
+            for h in range(heads):
+                assert torch.equal(out[h, start + r], documented_row(q[h, start + r], k[0, :visible], v[0, :visible], scale))
+        start += n
+
+
 def test_a_sequences_rows_do_not_depend_on_the_others_in_the_call():
     dim, heads = 16, 4
     kv = caches([9, 15, 4], 1, dim, seed=2)
