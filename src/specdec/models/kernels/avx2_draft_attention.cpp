@@ -48,15 +48,21 @@ constexpr int kMaxGroup = 8;  // query heads per KV head handled together (more:
 // `at` (null: entry t is visible entry t) maps a visible entry to its cache entry.
 void group_scores(const float* const* q, int g, const float* keys, int64_t t_begin, int64_t t_end, int64_t dim,
                   float* const* s, const int64_t* at) {
+  const float* qs[kMaxGroup];  // local copies, as in group_values
+  float* out[kMaxGroup];
+  for (int j = 0; j < g; ++j) {
+    qs[j] = q[j];
+    out[j] = s[j];
+  }
   for (int64_t t = t_begin; t < t_end; ++t) {
     const float* k = keys + (at ? at[t] : t) * dim;
     __m256 acc[kMaxGroup];
     for (int j = 0; j < g; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t d = 0; d < dim; d += 8) {
       const __m256 x = _mm256_loadu_ps(k + d);
-      for (int j = 0; j < g; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_loadu_ps(q[j] + d), x));
+      for (int j = 0; j < g; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_loadu_ps(qs[j] + d), x));
     }
-    for (int j = 0; j < g; ++j) s[j][t] = lanes_total(acc[j]);
+    for (int j = 0; j < g; ++j) out[j][t] = lanes_total(acc[j]);
   }
 }
 
@@ -84,14 +90,20 @@ float softmax_in_place(float* e, int64_t visible, float scale) {
 // once for all of them.
 void group_values(const float* const* p, const float* inverse, int g, const float* values, int64_t visible,
                   int64_t dim, int64_t d_begin, int64_t d_end, float* const* out, const int64_t* at) {
+  const float* probs[kMaxGroup];  // local copies: the compiler then keeps them in registers across the loops
+  __m256 inv[kMaxGroup];
+  for (int j = 0; j < g; ++j) {
+    probs[j] = p[j];
+    inv[j] = _mm256_set1_ps(inverse[j]);
+  }
   for (int64_t d = d_begin; d < d_end; d += 8) {
     __m256 acc[kMaxGroup];
     for (int j = 0; j < g; ++j) acc[j] = _mm256_setzero_ps();
     for (int64_t t = 0; t < visible; ++t) {
       const __m256 v = _mm256_loadu_ps(values + (at ? at[t] : t) * dim + d);
-      for (int j = 0; j < g; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_set1_ps(p[j][t]), v));
+      for (int j = 0; j < g; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_mul_ps(_mm256_set1_ps(probs[j][t]), v));
     }
-    for (int j = 0; j < g; ++j) _mm256_storeu_ps(out[j] + d, _mm256_mul_ps(acc[j], _mm256_set1_ps(inverse[j])));
+    for (int j = 0; j < g; ++j) _mm256_storeu_ps(out[j] + d, _mm256_mul_ps(acc[j], inv[j]));
   }
 }
 
@@ -115,7 +127,9 @@ struct Item {
 constexpr int64_t kKeysPerPiece = 128;
 constexpr int64_t kDimsPerPiece = 64;
 // With at least this many items a thread, each item runs whole on one thread (the same arithmetic, one
-// parallel section instead of three: 32 rows of 300 entries took 0.64 ms split, 0.55 ms whole).
+// parallel section instead of three). Measured on a 2-core Xeon, 2 threads: 1 row over 1,300 entries 0.11 ms
+// (0.19 when rows were the only split), 1 row over 4,000 0.38 (0.70); 32 rows over 300 entries 0.62-0.63
+// (0.55; the cause of that gap was not found).
 constexpr int64_t kItemsPerThreadWhole = 4;
 
 }  // namespace
@@ -176,14 +190,13 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
   // read its keys and values once (float32, they are the memory traffic of the call)
   const int64_t passes = (groups + kMaxGroup - 1) / kMaxGroup;
   const int64_t n_items = kv_heads * total * passes;
-  std::vector<Item> items(static_cast<size_t>(n_items));
-  std::vector<int64_t> score_offset(static_cast<size_t>(n_items) + 1, 0);
-  for (int64_t item = 0; item < n_items; ++item) {
+  // an item's row, KV head, visible entries and query heads (place_scores then gives its heads their scores'
+  // room: n_heads x visible rounded up to 8 floats)
+  const auto make_item = [&](int64_t item, Item& it) {
     const int64_t kv = item / (total * passes), g = (item / passes) % total, pass = item % passes;
     const size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), g) - first.begin() - 1);
     const std::vector<int64_t>& at = listed[static_cast<size_t>(g)];
     const int64_t length = keys[i].size(1);
-    Item& it = items[static_cast<size_t>(item)];
     it.keys = keys[i].data_ptr<float>() + kv * keys[i].stride(0);
     it.values = values[i].data_ptr<float>() + kv * values[i].stride(0);
     it.at = at.empty() ? nullptr : at.data();
@@ -194,28 +207,41 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
       it.qs[j] = qp + ((first_head + j) * total + g) * dim;
       it.outs[j] = op + ((first_head + j) * total + g) * dim;
     }
-    score_offset[static_cast<size_t>(item) + 1] = score_offset[static_cast<size_t>(item)] + it.n_heads * ((it.visible + 7) / 8 * 8);
-  }
-  std::vector<float> score_buffer(static_cast<size_t>(score_offset.back()));
-  // the pieces of each phase, as (item, first entry or dimension) pairs
-  std::vector<std::pair<int64_t, int64_t>> key_pieces, dim_pieces;
-  for (int64_t item = 0; item < n_items; ++item) {
-    Item& it = items[static_cast<size_t>(item)];
+  };
+  const auto place_scores = [](Item& it, float* scores) {
     const int64_t padded = (it.visible + 7) / 8 * 8;
-    for (int j = 0; j < it.n_heads; ++j) it.scores[j] = score_buffer.data() + score_offset[static_cast<size_t>(item)] + j * padded;
-    for (int64_t t = 0; t < it.visible; t += kKeysPerPiece) key_pieces.emplace_back(item, t);
-    for (int64_t d = 0; d < dim; d += kDimsPerPiece) dim_pieces.emplace_back(item, d);
-  }
+    for (int j = 0; j < it.n_heads; ++j) it.scores[j] = scores + j * padded;
+  };
   if (n_items >= kItemsPerThreadWhole * at::get_num_threads()) {  // enough rows to share out whole
     at::parallel_for(0, n_items, 1, [&](int64_t begin, int64_t end) {
+      std::vector<float> scores;  // this thread's, item after item
       for (int64_t item = begin; item < end; ++item) {
-        Item& it = items[static_cast<size_t>(item)];
+        Item it;
+        make_item(item, it);
+        scores.resize(static_cast<size_t>(it.n_heads * ((it.visible + 7) / 8 * 8)));
+        place_scores(it, scores.data());
         group_scores(it.qs, it.n_heads, it.keys, 0, it.visible, dim, it.scores, it.at);
         for (int j = 0; j < it.n_heads; ++j) it.inverse[j] = softmax_in_place(it.scores[j], it.visible, s);
         group_values(it.scores, it.inverse, it.n_heads, it.values, it.visible, dim, 0, dim, it.outs, it.at);
       }
     });
     return out;
+  }
+  std::vector<Item> items(static_cast<size_t>(n_items));
+  std::vector<int64_t> score_offset(static_cast<size_t>(n_items) + 1, 0);
+  for (int64_t item = 0; item < n_items; ++item) {
+    Item& it = items[static_cast<size_t>(item)];
+    make_item(item, it);
+    score_offset[static_cast<size_t>(item) + 1] = score_offset[static_cast<size_t>(item)] + it.n_heads * ((it.visible + 7) / 8 * 8);
+  }
+  std::vector<float> score_buffer(static_cast<size_t>(score_offset.back()));
+  for (int64_t item = 0; item < n_items; ++item)
+    place_scores(items[static_cast<size_t>(item)], score_buffer.data() + score_offset[static_cast<size_t>(item)]);
+  // the pieces of the split phases, as (item, first entry or dimension) pairs
+  std::vector<std::pair<int64_t, int64_t>> key_pieces, dim_pieces;
+  for (int64_t item = 0; item < n_items; ++item) {
+    for (int64_t t = 0; t < items[static_cast<size_t>(item)].visible; t += kKeysPerPiece) key_pieces.emplace_back(item, t);
+    for (int64_t d = 0; d < dim; d += kDimsPerPiece) dim_pieces.emplace_back(item, d);
   }
   at::parallel_for(0, static_cast<int64_t>(key_pieces.size()), 1, [&](int64_t begin, int64_t end) {
     for (int64_t piece = begin; piece < end; ++piece) {
