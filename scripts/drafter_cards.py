@@ -26,12 +26,14 @@ GENERATION = ("`specdec data generate` (greedy, 256 new tokens, prompts up to 76
 # The commands as they were run, when the shipped drafters were in the repository's top-level drafters/ folder
 # (now src/specdec/drafters/; --init-from also takes a drafter's name, e.g. gemma-3-270m-eagle3)
 COMMANDS = {
-    "eagle3": "specdec train eagle3 --data data/long-train-all2,datasets/gemma-3-270m-distill-128-s19 --output "
-              "out/train/eagle3-long8 --init-from gemma-3-270m-eagle3 --max-steps 1200 --max-minutes 45 "
-              "--tokens-per-step 2048 --lr 6e-5 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4608 --feature-cache "
+    "eagle3": "specdec train eagle3 --data data/long-train-all2,datasets/gemma-3-270m-distill-128-s19,"
+              "datasets/gemma-3-270m-distill-128 --output "
+              "out/train/eagle3-long9 --init-from gemma-3-270m-eagle3 --max-steps 1200 --max-minutes 22 "
+              "--tokens-per-step 2048 --lr 4e-5 --warmup-steps 20 --checkpoint-every 25 --threads 2 --max-seq-len 4608 --feature-cache "
               "data/fc-long --cache-budget-gb 16` (`data/long-train-all2`: lines 13-827 of the committed "
               "`datasets/gemma-3-270m-distill-long`, whose first 12 samples are the accuracy-by-position set below; "
-              "`datasets/gemma-3-270m-distill-128-s19` brings code and math; initialised from the stage before",
+              "`datasets/gemma-3-270m-distill-128-s19` brings code and math, `datasets/gemma-3-270m-distill-128` more of the "
+              "short kinds; initialised from the stage before",
     "medusa": "specdec train medusa --data data/gemma-3-270m-distill --output out/train/medusa-run4 --init-from "
               "drafters/gemma-3-270m-medusa --prompt-samples 4000 --max-steps 1500 --tokens-per-step 2048 --lr 5e-4 "
               "--warmup-steps 10 --checkpoint-every 50 --threads 1 --feature-cache data/feature-cache "
@@ -79,15 +81,16 @@ RUNS = ["all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
         "defaults/tune", "defaults/check", "eagle3-long4-candidate", "hybrid-k7", "defaults/eagle3", "eagle3-trees-xeon",
         "eagle3-long6", "xeon-fused-attention", "xeon-one-call", "defaults/auto-xeon", "dflash-long2",
         "defaults/dflash-long2", "eagle3-long7", "dflash-long3", "defaults/dflash-long3", "dflash-long4", "defaults/dflash-long4", "dflash-long5",
-        "defaults/dflash-long5", "eagle3-long8"]
+        "defaults/dflash-long5", "eagle3-long8", "eagle3-long9"]
 # Runs that measured an earlier version of a drafter (retrained since): never quoted for it.
 SUPERSEDED = {"gemma-3-270m-dflash-b8": set(RUNS[: RUNS.index("dflash-long5")]),
               "gemma-3-270m-eagle3": {"all-methods", "mtp-trees-dflash", "all-methods-2", "medusa-tree-sizes",
                                       "held-out-before", "held-out-shipped", "defaults/check",
                                       "eagle3-long4-candidate", "hybrid-k7", "eagle3-trees-xeon", "eagle3-long6",
-                                      "xeon-fused-attention", "xeon-one-call", "eagle3-long7"}}
+                                      "xeon-fused-attention", "xeon-one-call", "eagle3-long7",
+                                      "defaults/eagle3", "eagle3-long8"}}
 # Runs that measured a drafter's current weights as a candidate, before they were copied in: its path then.
-MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long8"): "out/train/eagle3-long8",
+MEASURED_AS = {("gemma-3-270m-eagle3", "eagle3-long9"): "out/train/eagle3-long9",
                ("gemma-3-270m-dflash-b8", "dflash-long5"): "out/train/dflash-b8-long5"}
 
 
