@@ -43,6 +43,9 @@ inline float lanes_total(__m256 v) {
 
 constexpr int kMaxGroup = 8;  // query heads per KV head handled together (more: several passes)
 
+// a head's room for its scores over `visible` entries: a whole number of 8-lane vectors
+inline int64_t padded_to_lanes(int64_t visible) { return (visible + 7) / 8 * 8; }
+
 // The scores of `g` query heads (sharing one KV head) over visible entries [t_begin, t_end): each key is read
 // once for all of them; each head's dot product is summed as the header documents.
 // `at` (null: entry t is visible entry t) maps a visible entry to its cache entry.
@@ -74,7 +77,7 @@ float softmax_in_place(float* e, int64_t visible, float scale) {
     e[t] = e[t] * scale;
     m = std::max(m, e[t]);
   }
-  const int64_t padded = (visible + 7) / 8 * 8;
+  const int64_t padded = padded_to_lanes(visible);
   std::fill(e + visible, e + padded, -std::numeric_limits<float>::infinity());  // exp gives exactly 0
   const __m256 mv = _mm256_set1_ps(m);
   for (int64_t i = 0; i < padded; i += 8) {
@@ -118,6 +121,8 @@ struct Item {
   float* outs[kMaxGroup];
   float* scores[kMaxGroup];  // per head, round up to 8 of visible floats: scores, then exps
   float inverse[kMaxGroup];
+
+  int64_t scores_size() const { return n_heads * padded_to_lanes(visible); }
 };
 
 // Entries per piece of the scores' work and dimensions per piece of the values' (each a multiple of 8): the
@@ -191,7 +196,7 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
   const int64_t passes = (groups + kMaxGroup - 1) / kMaxGroup;
   const int64_t n_items = kv_heads * total * passes;
   // an item's row, KV head, visible entries and query heads (place_scores then gives its heads their scores'
-  // room: n_heads x visible rounded up to 8 floats)
+  // room, Item::scores_size() floats)
   const auto make_item = [&](int64_t item, Item& it) {
     const int64_t kv = item / (total * passes), g = (item / passes) % total, pass = item % passes;
     const size_t i = static_cast<size_t>(std::upper_bound(first.begin(), first.end(), g) - first.begin() - 1);
@@ -209,8 +214,7 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
     }
   };
   const auto place_scores = [](Item& it, float* scores) {
-    const int64_t padded = (it.visible + 7) / 8 * 8;
-    for (int j = 0; j < it.n_heads; ++j) it.scores[j] = scores + j * padded;
+    for (int j = 0; j < it.n_heads; ++j) it.scores[j] = scores + j * padded_to_lanes(it.visible);
   };
   if (n_items >= kItemsPerThreadWhole * at::get_num_threads()) {  // enough rows to share out whole
     at::parallel_for(0, n_items, 1, [&](int64_t begin, int64_t end) {
@@ -218,7 +222,7 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
       for (int64_t item = begin; item < end; ++item) {
         Item it;
         make_item(item, it);
-        scores.resize(static_cast<size_t>(it.n_heads * ((it.visible + 7) / 8 * 8)));
+        scores.resize(static_cast<size_t>(it.scores_size()));
         place_scores(it, scores.data());
         group_scores(it.qs, it.n_heads, it.keys, 0, it.visible, dim, it.scores, it.at);
         for (int j = 0; j < it.n_heads; ++j) it.inverse[j] = softmax_in_place(it.scores[j], it.visible, s);
@@ -232,7 +236,7 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
   for (int64_t item = 0; item < n_items; ++item) {
     Item& it = items[static_cast<size_t>(item)];
     make_item(item, it);
-    score_offset[static_cast<size_t>(item) + 1] = score_offset[static_cast<size_t>(item)] + it.n_heads * ((it.visible + 7) / 8 * 8);
+    score_offset[static_cast<size_t>(item) + 1] = score_offset[static_cast<size_t>(item)] + it.scores_size();
   }
   std::vector<float> score_buffer(static_cast<size_t>(score_offset.back()));
   for (int64_t item = 0; item < n_items; ++item)
