@@ -181,6 +181,7 @@ def test_a_drafter_step_with_the_kernel_matches_the_torch_path(zoo, tmp_path, mo
     calls: list[int] = []
     real = eagle3_model._kernel_attention
     monkeypatch.setattr(eagle3_model, "_kernel_attention", lambda *a: calls.append(1) or real(*a))
+    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step", lambda *a: None)  # the Python kernel path
     with_kernel, tree_with_kernel = run(), run(tree=True)
     assert len(calls) == 2
     assert not torch.equal(tree_with_kernel[1:4], with_kernel[1:4]) and torch.equal(tree_with_kernel[4:], with_kernel[4:])
@@ -214,3 +215,55 @@ def test_the_fused_qkv_projection_gives_the_three_projections_bits(zoo, tmp_path
     separate = (rope(parts[0], positions, c.rope_theta), rope(parts[1], positions, c.rope_theta), parts[2])
     for a, b in zip(fused, separate):
         assert torch.equal(a, b)
+
+
+@pytest.mark.skipif(kernel is None or not hasattr(kernel, "amx_packed_layer_linear_address"), reason="the AMX build")
+def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkeypatch):
+    """kernels/avx2_draft_layer.cpp runs Eagle3Drafter.step_batch's kernel path in one call: the same outputs
+    and the same new cache entries, bit for bit, for causal steps and a tree level, several sequences at once;
+    and it is the path taken (a broken weight changes its outputs)."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec import LLM
+    from specdec.drafting import eagle3_model
+    from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
+
+    target = zoo.load("gemma3_text")
+    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
+                                                  "model": make_random_eagle3(target, tmp_path / "d")})
+    drafter = llm.new_proposer().drafter
+    c = drafter.config
+    gen = torch.Generator().manual_seed(7)
+    rows = [1, 3, 2]
+    h = (torch.randn(sum(rows), c.hidden_size, generator=gen) * 20).to(torch.bfloat16)
+    tokens = torch.randint(0, 50, (sum(rows),), generator=gen)
+    level = ListedVisibility(4, [[4, 7], [4, 8], [6, 9]])
+
+    def run(tree: bool) -> tuple[torch.Tensor, list[DraftKVCache]]:
+        caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
+                  for _ in rows]
+        for cache, past in zip(caches, (4, 7, 2)):
+            cache.append(torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past)),
+                         torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past + 1)))
+        positions = torch.tensor([4, 7, 8, 9, 2, 3] if not tree else [4, 5, 5, 5, 2, 3])
+        with torch.inference_mode():
+            return drafter.step_batch(h, tokens, positions, caches, [rows[0], level if tree else rows[1], rows[2]]), caches
+
+    fused_calls: list[int] = []
+    real = eagle3_model.Eagle3Drafter._fused_step
+    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step",
+                        lambda *a: (lambda out: fused_calls.append(out is not None) or out)(real(*a)))
+    fused = [run(False), run(True)]
+    assert fused_calls == [True, True]
+    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step", lambda *a: None)
+    python = [run(False), run(True)]
+    for (out, caches), (want, want_caches) in zip(fused, python):
+        assert torch.equal(out, want)
+        for cache, other in zip(caches, want_caches):
+            assert cache.length == other.length
+            assert torch.equal(cache.k, other.k) and torch.equal(cache.v, other.v)
+    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step", real)
+    with torch.no_grad():
+        drafter.layers[0].mlp.down_proj.weight.mul_(2)  # then repacked, as loading packs it
+    from specdec.models import fast_linear as fl
+    fl.pack_weight(drafter.layers[0].mlp.down_proj.weight)
+    assert not torch.equal(run(False)[0], fused[0][0])

@@ -108,3 +108,25 @@ def test_bad_shapes_are_refused():
     probs, values = _case()
     with pytest.raises(RuntimeError, match="order"):
         fast_linear.kernel().probs_values(probs, values, torch.zeros(2, 5, dtype=torch.long), 3)
+
+
+@pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="the AMX build only")
+@pytest.mark.parametrize("tail", [0, 5, 40])
+def test_amx_tree_orders_permuted_within_a_chunk_equal_an_explicit_gather(tail):
+    """A verified tree's rows read the context in slot order and their own few slots permuted: the chunks
+    holding those read each dim's values by one word permute (amx_probs_values.cpp), the columns past the
+    span as zeros. Bit-identical to the same sums over explicitly gathered values."""
+    tokens, tree0, tree = 5, 200, 16
+    slots = tree0 + tree + tail
+    g = torch.Generator().manual_seed(tail)
+    probs = torch.randn(2, 4 * tokens, slots, generator=g).softmax(-1).bfloat16()
+    values = torch.randn(2, slots + 64, 256, generator=g).bfloat16()  # room past the span, as a cache has
+    order = torch.arange(slots).repeat(tokens, 1)
+    for t in range(1, tokens):
+        order[t, tree0 : tree0 + tree] = tree0 + torch.randperm(tree, generator=g)
+    k, none = fast_linear.kernel(), torch.empty(0, dtype=torch.long)
+    full = torch.cat([order, torch.arange(slots, slots + 64).repeat(tokens, 1)], dim=1)  # the unread slots
+    ordered = k.probs_values(torch.nn.functional.pad(probs, (0, 64)), values, full, tokens)
+    for row in range(probs.shape[1]):
+        gathered = values[:, order[row % tokens]].contiguous()
+        assert torch.equal(ordered[:, row : row + 1], k.probs_values(probs[:, row : row + 1], gathered, none, 1))

@@ -28,6 +28,23 @@ def _rope_table(theta: float, half: int, length: int, device: torch.device) -> t
     return table
 
 
+_ROPE_ROWS: dict[tuple[float, int, torch.device, torch.dtype], tuple[torch.Tensor, torch.Tensor]] = {}
+
+
+def rope_rows_tables(theta: float, head_dim: int, length: int, device: torch.device,
+                     dtype: torch.dtype) -> tuple[torch.Tensor, torch.Tensor]:
+    """`rope`'s angles as the kernel's rope_rows takes them: cos [>= length, head_dim] and sin with its first
+    half negated, in `dtype` (each value the rounding `rope` applies to it, so the same bits)."""
+    half = head_dim // 2
+    cos_t, sin_t = _rope_table(theta, half, length, device)
+    key = (theta, half, device, dtype)
+    rows = _ROPE_ROWS.get(key)
+    if rows is None or rows[0].shape[0] != cos_t.shape[0]:
+        cos, sin = cos_t.to(dtype), sin_t.to(dtype)
+        rows = _ROPE_ROWS[key] = (torch.cat([cos, cos], dim=-1), torch.cat([-sin, sin], dim=-1))
+    return rows
+
+
 def rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
     """Llama-style RoPE (halves rotated) on x [..., *positions.shape, head_dim], integer positions of any shape."""
     half = x.shape[-1] // 2
@@ -44,13 +61,21 @@ class RMSNorm(nn.Module):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(size))
         self.eps = eps
+        self._scale: tuple[tuple[int, int, torch.dtype], torch.Tensor] | None = None
+
+    def scale(self) -> torch.Tensor:
+        """The weight in float32, converted once per change of the weight (a copy per call otherwise)."""
+        key = (self.weight.data_ptr(), self.weight._version, self.weight.dtype)
+        if self._scale is None or self._scale[0] != key:
+            self._scale = (key, self.weight.detach().float())
+        return self._scale[1]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if torch.is_grad_enabled() or x.dim() != 2:
             return F.rms_norm(x.float(), (x.shape[-1],), self.weight.float(), self.eps).to(x.dtype)
         # inference: the target's norm (one kernel call in bfloat16 on CPU: at 32 sequences the float32
         # round trip of a drafter step's four norms took a seventh of its time), the same arithmetic
-        return rms_norm(x, self.weight.float(), self.eps, gemma=True)
+        return rms_norm(x, self.scale(), self.eps, gemma=True)
 
 
 class StackedWeight:

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from specdec.drafting.draft_layers import GatedMLP, RMSNorm, StackedWeight, rope
+from specdec.drafting.draft_layers import GatedMLP, RMSNorm, StackedWeight, rope, rope_rows_tables
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, module_linear as _lin
@@ -103,11 +103,8 @@ class ListedVisibility:
     def slots(self) -> torch.Tensor:
         """int64 [rows, 1 + W]: the prefix, then the listed entries, -1 after each row's last (the kernel's form)."""
         width = max((len(x) for x in self.listed), default=0)
-        out = torch.full((self.rows, 1 + width), -1, dtype=torch.long)
-        out[:, 0] = self.prefix
-        for r, entries in enumerate(self.listed):
-            out[r, 1 : 1 + len(entries)] = torch.tensor(entries, dtype=torch.long)
-        return out
+        return torch.tensor([[self.prefix, *entries] + [-1] * (width - len(entries)) for entries in self.listed],
+                            dtype=torch.long).view(self.rows, 1 + width)
 
     def mask(self, length: int, device: torch.device) -> torch.Tensor:
         """bool [rows, length]: the same entries as a mask (torch's path)."""
@@ -133,6 +130,7 @@ class Eagle3Drafter(SharedTargetParts):
         self.layers = nn.ModuleList([Eagle3Layer(c)])
         self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self._init_draft_vocab(c.vocab_size, c.draft_vocab_size)
+        self._fused: tuple[tuple, Any] | None = None  # _fused_arguments' key and arguments
 
     # -- frozen target parts -------------------------------------------------------------------------
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -179,6 +177,9 @@ class Eagle3Drafter(SharedTargetParts):
         visibles[i].shape[0] rows, or visibles[i] causal ones, and its own cache). Projections and MLP run
         over all rows in one call each (row-invariant in bfloat16 on CPU, so every row has the bits of its
         sequence's `step` alone); attention runs per sequence over its own cache."""
+        fused = self._fused_step(h, tokens, positions, caches, visibles)
+        if fused is not None:
+            return fused
         attn_mod = self.layers[0].self_attn
         x, residual = self._layer_input(h, tokens)
         q, k, v = attn_mod.qkv(x, positions)
@@ -200,6 +201,57 @@ class Eagle3Drafter(SharedTargetParts):
             raise ValueError(f"{start} rows in the masks for {h.shape[0]} inputs")
         attn = parts[0] if len(parts) == 1 else torch.cat(parts, dim=1)
         return self._layer_output(residual, attn.to(h.dtype))
+
+    def _fused_step(self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, caches: list[DraftKVCache],
+                    visibles: Sequence[Visibility]) -> torch.Tensor | None:
+        """step_batch's kernel path in one C++ call (kernels/avx2_draft_layer.cpp: the same kernels and ops in
+        the same order, the same bits) where the kernels have it and every linear has its AMX-packed copy;
+        None elsewhere (the caller runs the Python path)."""
+        kernel = _draft_kernel(h)
+        if (kernel is None or not hasattr(kernel, "draft_layer_call") or not hasattr(kernel, "amx_packed_layer_linear_address")
+                or h.dim() != 2 or h.dtype != torch.bfloat16):
+            return None
+        if not all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS) for n in visibles):
+            return None
+        arguments = self._fused_arguments(kernel)
+        if arguments is None or any(x.k.dtype != torch.float32 for x in caches) or h.shape[0] == 0:
+            return None
+        address, tiles, features, norms = arguments
+        rows = [n.rows if isinstance(n, ListedVisibility) else n for n in visibles]  # type: ignore[union-attr]
+        if sum(rows) != h.shape[0]:
+            raise ValueError(f"{sum(rows)} rows for {h.shape[0]} inputs")
+        c = self.config
+        cos, sin = rope_rows_tables(c.rope_theta, c.head_dim, int(positions.max()) + 1, h.device, h.dtype)
+        slots = [x.slots() if isinstance(x, ListedVisibility) else _NO_SLOTS for x in visibles]
+        out = kernel.draft_layer_call(
+            h, self.embed(tokens).to(h.dtype), address, tiles, features, features, norms, c.rms_norm_eps,
+            c.norm_before_residual, [c.num_attention_heads, c.num_key_value_heads, c.head_dim], cos[positions],
+            sin[positions], [x.k for x in caches], [x.v for x in caches], [x.length for x in caches], rows,
+            1.0 / math.sqrt(c.head_dim), slots if any(x.numel() for x in slots) else [])
+        for cache, n in zip(caches, rows):
+            cache.length += n
+        return out
+
+    def _fused_arguments(self, kernel: Any) -> tuple[int, list[torch.Tensor], list[int], list[torch.Tensor]] | None:
+        """draft_layer_call's weights (the four linears' AMX-packed copies, their output features, the three
+        norms' float32 scales), gathered once per change of any weight; None where a linear has no packed copy."""
+        layer = self.layers[0]
+        attn, mlp = layer.self_attn, layer.mlp
+        raw = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight, mlp.gate_proj.weight,
+               mlp.up_proj.weight, mlp.down_proj.weight, layer.hidden_norm.weight, layer.input_layernorm.weight,
+               layer.post_attention_layernorm.weight)
+        key = tuple((w.data_ptr(), w._version, w.dtype) for w in raw)
+        if self._fused is None or self._fused[0] != key:
+            weights = [attn._qkv.of(*raw[:3]), raw[3], mlp._gate_up.of(*raw[4:6]), raw[6]]
+            packed = [fast_linear.packed_copy(w) for w in weights]
+            arguments = None
+            if all(p is not None for p in packed):
+                empty = torch.empty(0)
+                arguments = (kernel.amx_packed_layer_linear_address(), [t for p in packed for t in (p, empty, empty, empty)],
+                             [int(w.shape[0]) for w in weights],
+                             [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()])
+            self._fused = (key, arguments)
+        return self._fused[1]
 
     def train_unrolled(
         self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor,
@@ -235,6 +287,7 @@ class Eagle3Drafter(SharedTargetParts):
         return self._layer_output(residual, attn)
 
 
+_NO_SLOTS = torch.empty(0, dtype=torch.long)  # a causal sequence's entry in draft_attention's slots
 KERNEL_ROWS = 16  # new rows per sequence up to which causal steps run in one kernel call (beyond: torch's matmuls)
 
 

@@ -50,7 +50,8 @@ def _cpu_flags() -> frozenset[str]:
 # attention and the rows' argmax: AVX2 in every build
 _AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp", "avx2_rows_argmax.cpp",
                 "avx2_rms_norm.cpp", "avx2_gated_act.cpp", "avx2_softmax.cpp",
-                "avx2_rope.cpp", "avx2_draft_attention.cpp", "avx2_decoder_layer.cpp"]
+                "avx2_rope.cpp", "avx2_draft_attention.cpp", "avx2_decoder_layer.cpp",
+                "avx2_draft_layer.cpp"]
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2

@@ -141,6 +141,21 @@ void values_on_tiles(int64_t kv_heads, int64_t gn, int64_t dim, int64_t capacity
 }
 #endif
 
+// How many leading columns of a tree row's order read the slots in slot order (orow[c] == first + c: the
+// context, up to the tree's own slots). Those columns' scores need no gather.
+inline int64_t slot_order_prefix(const int64_t* orow, int64_t first, int64_t len) {
+  int64_t c = 0;
+  __m256i want = _mm256_setr_epi64x(first, first + 1, first + 2, first + 3);
+  const __m256i four = _mm256_set1_epi64x(4);
+  for (; c + 4 <= len; c += 4) {
+    const __m256i got = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(orow + c));
+    if (_mm256_movemask_epi8(_mm256_cmpeq_epi64(got, want)) != -1) break;
+    want = _mm256_add_epi64(want, four);
+  }
+  while (c < len && orow[c] == first + c) ++c;
+  return c;
+}
+
 // span_rows with the same arithmetic on raw pointers and no tensor op: rows that read the cache in slot
 // order, or a verified tree's rows in their tree order (`order`, scored up to `reach_end`). A decoding
 // sequence ran about fifteen small tensor ops per layer through span_rows, microseconds each: at 32
@@ -238,14 +253,19 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
       for (int64_t u = u0; u < u1; ++u) {
         const int64_t h = u / n, j = u % n;
         const int64_t* orow = order + rows[j] * capacity + first;
+        const int64_t same = slot_order_prefix(orow, first, len);  // the context: column c reads slot first + c
+        for (int64_t c = same; c < len; ++c)
+          TORCH_CHECK(orow[c] >= first && orow[c] - first < scored, "a tree column reads a slot outside its scored span");
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t hr = (h * groups + g) * n + j;
           const float* mrow = mp + (g * t + rows[j]) * capacity + first;
           const float* full = sp + hr * scored;
-          for (int64_t c = 0; c < len; ++c) {
-            const int64_t s = orow[c] - first;
-            TORCH_CHECK(s >= 0 && s < scored, "a tree column reads a slot outside its scored span");
-            const float scaled = full[s] * fscale;
+          for (int64_t c = 0; c < same; ++c) {  // a straight loop the compiler vectorizes
+            const float scaled = full[c] * fscale;
+            row[c] = scaled + mrow[c];
+          }
+          for (int64_t c = same; c < len; ++c) {
+            const float scaled = full[orow[c] - first] * fscale;
             row[c] = scaled + mrow[c];
           }
           softmax_row_bf16(row.data(), len, first, e.data(), pb.data() + hr * len);

@@ -43,6 +43,12 @@ at::Tensor decoder_layer_call(at::Tensor h, int64_t linear_address, std::vector<
                               std::vector<int64_t> starts, std::vector<int64_t> ends, std::vector<int64_t> slots,
                               at::Tensor positions, int64_t window, double attn_scale,
                               std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t);
+at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, std::vector<at::Tensor> tiles,
+                            std::vector<int64_t> kinds, std::vector<int64_t> out_features,
+                            std::vector<at::Tensor> norms, double eps, bool norm_before_residual,
+                            std::vector<int64_t> dims, at::Tensor cos, at::Tensor sin, std::vector<at::Tensor> k_bufs,
+                            std::vector<at::Tensor> v_bufs, std::vector<int64_t> lengths, std::vector<int64_t> rows,
+                            double scale, std::vector<at::Tensor> slots);
 #ifdef SPECDEC_AMX
 bool amx_values_ready(int64_t dim);
 #endif
@@ -89,6 +95,12 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         py::arg("keys_t"), py::arg("values"), py::arg("masks"), py::arg("orders"), py::arg("starts"),
         py::arg("ends"), py::arg("slots"), py::arg("positions"), py::arg("window"), py::arg("attn_scale"),
         py::arg("keys_rows") = none, py::arg("values_t") = none);
+  m.def("draft_layer_call", &draft_layer_call, "EAGLE-3's draft layer in one call: eagle3_model.Eagle3Drafter."
+        "step_batch's kernels and ops in its order, the same bits; writes each sequence's new cache entries",
+        py::arg("h"), py::arg("e"), py::arg("linear_address"), py::arg("tiles"), py::arg("kinds"),
+        py::arg("out_features"), py::arg("norms"), py::arg("eps"), py::arg("norm_before_residual"), py::arg("dims"),
+        py::arg("cos"), py::arg("sin"), py::arg("k_bufs"), py::arg("v_bufs"), py::arg("lengths"), py::arg("rows"),
+        py::arg("scale"), py::arg("slots"));
   m.def("attention_batch", &attention_batch, "one layer's attention for every sequence of a batch, as "
         "decoder.attention computes it per sequence", py::arg("q"), py::arg("k"), py::arg("v"), py::arg("keys_t"),
         py::arg("values"), py::arg("masks"), py::arg("orders"), py::arg("starts"), py::arg("ends"), py::arg("slots"),
