@@ -267,3 +267,69 @@ def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkey
     from specdec.models import fast_linear as fl
     fl.pack_weight(drafter.layers[0].mlp.down_proj.weight)
     assert not torch.equal(run(False)[0], fused[0][0])
+
+
+def test_a_bfloat16_cache_gives_the_float32_caches_bits():
+    """draft_attention widens a bfloat16 cache's entries to float32 as it reads them: with the same values
+    (the drafter's keys and values are bfloat16 products) every output has the float32 cache's bits, causal
+    rows and listed ones alike."""
+    heads, kv_heads, dim, lengths, rows = 4, 1, 32, [9, 30, 14], [1, 3, 2]
+    gen = torch.Generator().manual_seed(3)
+    keys = [torch.randn(kv_heads, n, dim, generator=gen).bfloat16() for n in lengths]
+    values = [torch.randn(kv_heads, n, dim, generator=gen).bfloat16() for n in lengths]
+    q = torch.randn(heads, sum(rows), dim, generator=gen)
+    none = torch.empty(0, dtype=torch.long)
+    for slots in ([], [none, torch.tensor([[20, 22, 27], [20, 23, 28], [20, 29, -1]]), none]):
+        want = kernel.draft_attention(q, [k.float() for k in keys], [v.float() for v in values], rows, 0.2, slots)
+        got = kernel.draft_attention(q, keys, values, rows, 0.2, slots)
+        assert torch.equal(got, want)
+    with pytest.raises(RuntimeError, match="all float32 or all bfloat16"):
+        kernel.draft_attention(q, [keys[0], keys[1].float(), keys[2]], values, rows, 0.2)
+
+
+def test_the_drafters_inference_cache_is_bfloat16_with_the_kernels(zoo, tmp_path):
+    """An EAGLE-3 proposer on a bfloat16 target keeps its drafter cache in bfloat16 where the kernels run its
+    attention, and its drafts equal those of a float32 cache (the same values, the same float32 sums)."""
+    from eagle3_helpers import make_random_eagle3
+    from specdec import LLM, SamplingParams
+    from specdec.drafting import eagle3_model
+
+    target = zoo.load("gemma3_text")
+    config = {"method": "eagle3", "num_speculative_tokens": 4, "tree_top_k": 2, "tree_num_draft_tokens": 6,
+              "model": make_random_eagle3(target, tmp_path / "d")}
+    params = SamplingParams(max_tokens=24, temperature=0.0)
+    prompt = {"prompt_token_ids": list(range(3, 40))}
+
+    from specdec.drafting.eagle3 import Eagle3Proposer
+
+    def drafted(dtype: torch.dtype | None) -> tuple[list, list]:
+        llm = LLM(loaded=target, speculative_config=config)
+        seen: list = []
+        drafts: list = []
+        real, real_propose = eagle3_model.DraftKVCache.__init__, Eagle3Proposer.propose_batch.__func__
+
+        def init(self, kv_heads, head_dim, capacity, cache_dtype, device):
+            seen.append(cache_dtype)
+            real(self, kv_heads, head_dim, capacity, dtype or cache_dtype, device)
+
+        def propose(cls, *a):
+            out = real_propose(cls, *a)
+            drafts.extend((d.tokens, d.parents) for d in out)
+            return out
+
+        eagle3_model.DraftKVCache.__init__ = init
+        Eagle3Proposer.propose_batch = classmethod(propose)
+        try:
+            out = llm.generate(prompt, params)
+        finally:
+            eagle3_model.DraftKVCache.__init__ = real
+            Eagle3Proposer.propose_batch = classmethod(real_propose)
+        return seen, [out[0].outputs[0].token_ids, drafts]
+
+    if target.dtype != torch.bfloat16:
+        pytest.skip("a bfloat16 target")
+    seen, bf16 = drafted(None)
+    assert seen and all(d == torch.bfloat16 for d in seen)
+    _, f32 = drafted(torch.float32)
+    assert len(bf16[1]) > 3 and any(len(tokens) > 1 for tokens, _ in bf16[1])  # trees were drafted
+    assert bf16 == f32

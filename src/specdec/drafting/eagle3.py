@@ -20,7 +20,7 @@ from specdec.drafting.context_vocab import ContextVocab, greedy_tops
 from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
+from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility, draft_cache_dtype
 from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
@@ -86,8 +86,8 @@ class Eagle3Proposer(Proposer):
             raise ValueError("eagle3 needs the target's prefill forward")
         c = self.drafter.config
         room = self.options.num_speculative_tokens * max(self.options.tree_top_k, 1) + 8
-        self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room, torch.float32,
-                                  self.target.device)
+        self.cache = DraftKVCache(c.num_key_value_heads, c.head_dim, capacity + room,
+                                  draft_cache_dtype(self.drafter.fc.weight), self.target.device)
         # the prompt is read by the first step that drafts (catch_up_batch): a request that the auto policy
         # never gives a draft costs no drafter work at all
         self.pending = PendingFeatures(self.target_layers)

@@ -214,7 +214,7 @@ class Eagle3Drafter(SharedTargetParts):
         if not all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS) for n in visibles):
             return None
         arguments = self._fused_arguments(kernel)
-        if arguments is None or any(x.k.dtype != torch.float32 for x in caches) or h.shape[0] == 0:
+        if arguments is None or h.shape[0] == 0:
             return None
         address, tiles, features, norms = arguments
         rows = [n.rows if isinstance(n, ListedVisibility) else n for n in visibles]  # type: ignore[union-attr]
@@ -331,6 +331,8 @@ def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     place rather than repeated per head (3x faster than sdpa's math path here). A causal step masks only
     its own last n columns: a drafted token's step, one row per sequence, then masks nothing, and a
     sequence's step costs a few tensor ops fewer (32 sequences run one after another here)."""
+    if keys.dtype == torch.bfloat16:  # a bfloat16 cache (draft_cache_dtype): the same values in float32
+        keys, values = keys.float(), values.float()
     kv_heads, (heads, n, dim) = keys.shape[0], q.shape
     groups = heads // kv_heads
     qf = q.to(keys.dtype).reshape(kv_heads, groups * n, dim)
@@ -343,9 +345,21 @@ def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     return torch.matmul(scores.softmax(dim=-1), values).view(heads, n, dim)
 
 
+def draft_cache_dtype(weight: torch.Tensor) -> torch.dtype:
+    """The dtype an inference DraftKVCache keeps for a drafter with this weight: bfloat16 where the drafter runs
+    in bfloat16 with the kernels (its keys and values are bfloat16 products, so bfloat16 holds them exactly, and
+    the kernel widens them to the float32 its attention runs in: the same sums at half the bytes read, which
+    are that attention's cost over a long prompt), else float32, the dtype torch's attention path runs in."""
+    if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
+        return torch.float32
+    k = fast_linear.kernel()
+    return torch.bfloat16 if k is not None and hasattr(k, "draft_attention") else torch.float32
+
+
 class DraftKVCache:
     """The drafter's own keys/values [kv_heads, capacity, d]; `length` entries are valid. Inference keeps
-    them in float32, the dtype its attention runs in, so a step never converts the whole cache."""
+    them in float32 or bfloat16 (draft_cache_dtype); the attention runs in float32 on the same values either
+    way."""
 
     def __init__(self, kv_heads: int, head_dim: int, capacity: int, dtype: torch.dtype, device: torch.device):
         self.k = torch.zeros(kv_heads, capacity, head_dim, dtype=dtype, device=device)

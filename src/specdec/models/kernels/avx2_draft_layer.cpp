@@ -40,8 +40,8 @@ at::Tensor linear(LayerLinear fn, const at::Tensor& x, const std::vector<at::Ten
 // stacked, down), as decoder_layer_call takes them. norms: hidden_norm, input_layernorm, post_attention_layernorm
 // scales as rms_norm_rows takes them (Llama's weights in float32, `gemma` form: one multiply before the
 // rounding). dims: heads, kv_heads, head_dim. cos and sin [N, D] bfloat16, sin signed as rope_rows takes it.
-// Sequence i's rows[i] new keys and values are written into its float32 cache buffers (k_bufs[i], v_bufs[i]
-// [kv_heads, capacity, D]) from entry lengths[i] on; the caller advances its lengths. slots: draft_attention's.
+// Sequence i's rows[i] new keys and values are written into its cache buffers (k_bufs[i], v_bufs[i]
+// [kv_heads, capacity, D], float32 or bfloat16: either holds the bfloat16 values exactly) from entry lengths[i] on; the caller advances its lengths. slots: draft_attention's.
 // Returns the layer's outputs [N, H] bfloat16.
 at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, std::vector<at::Tensor> tiles,
                             std::vector<int64_t> kinds, std::vector<int64_t> out_features,
@@ -60,9 +60,10 @@ at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, 
   const int64_t n = h.size(0), heads = dims[0], kv_heads = dims[1], head_dim = dims[2];
   int64_t total = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
-    TORCH_CHECK(k_bufs[i].scalar_type() == at::kFloat && v_bufs[i].scalar_type() == at::kFloat &&
-                    k_bufs[i].dim() == 3 && k_bufs[i].size(0) == kv_heads && k_bufs[i].size(2) == head_dim &&
-                    v_bufs[i].sizes() == k_bufs[i].sizes(), "float32 caches [kv_heads, capacity, head_dim]");
+    TORCH_CHECK((k_bufs[i].scalar_type() == at::kFloat || k_bufs[i].scalar_type() == at::kBFloat16) &&
+                    v_bufs[i].scalar_type() == k_bufs[i].scalar_type() && k_bufs[i].dim() == 3 &&
+                    k_bufs[i].size(0) == kv_heads && k_bufs[i].size(2) == head_dim &&
+                    v_bufs[i].sizes() == k_bufs[i].sizes(), "float32 or bfloat16 caches [kv_heads, capacity, head_dim]");
     TORCH_CHECK(rows[i] >= 0 && lengths[i] >= 0 && lengths[i] + rows[i] <= k_bufs[i].size(1),
                 "draft KV cache full (", k_bufs[i].size(1), " entries)");
     total += rows[i];
@@ -77,7 +78,7 @@ at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, 
   const at::Tensor qkv = linear(fn, x, tiles, kinds, out_features, 0).view({n, heads + 2 * kv_heads, head_dim});
   const at::Tensor qk = rope_rows(qkv.slice(1, 0, heads + kv_heads), cos, sin);  // [n, heads + kv_heads, D]
   const at::Tensor k = qk.slice(1, heads).transpose(0, 1), v = qkv.slice(1, heads + kv_heads).transpose(0, 1);
-  // the caches' new entries (bfloat16 -> float32, exact), then every sequence's rows over its own cache
+  // the caches' new entries (exact in either dtype), then every sequence's rows over its own cache
   std::vector<at::Tensor> keys, values;
   int64_t start = 0;
   for (size_t i = 0; i < rows.size(); ++i) {
