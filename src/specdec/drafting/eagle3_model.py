@@ -326,12 +326,12 @@ def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
     """q [heads, n, d] over one sequence's cached keys/values [kv_heads, L, d] -> [heads, n, d] (float32).
     `visible` [n, L]: what each row attends to; None: causal (the n rows are the cache's last n entries).
 
-    float32 (the cache keeps float32 copies): a few query rows over a short cache, where CPU bf16 batched
+    float32 (a bfloat16 cache widened first): a few query rows over a short cache, where CPU bf16 batched
     matmuls are slow. The query heads sharing a KV head are stacked as rows, so the shared keys are read in
     place rather than repeated per head (3x faster than sdpa's math path here). A causal step masks only
     its own last n columns: a drafted token's step, one row per sequence, then masks nothing, and a
     sequence's step costs a few tensor ops fewer (32 sequences run one after another here)."""
-    if keys.dtype == torch.bfloat16:  # a bfloat16 cache (draft_cache_dtype): the same values in float32
+    if keys.dtype == torch.bfloat16:  # draft_cache_dtype's: the same values in float32
         keys, values = keys.float(), values.float()
     kv_heads, (heads, n, dim) = keys.shape[0], q.shape
     groups = heads // kv_heads
