@@ -242,16 +242,23 @@ def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkey
         caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
                   for _ in rows]
         for cache, past in zip(caches, (4, 7, 2)):
-            cache.append(torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past)),
-                         torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past + 1)))
+            shape = (c.num_key_value_heads, past, c.head_dim)
+            cache.append(torch.randn(shape, generator=torch.Generator().manual_seed(past)),
+                         torch.randn(shape, generator=torch.Generator().manual_seed(past + 1)))
         positions = torch.tensor([4, 7, 8, 9, 2, 3] if not tree else [4, 5, 5, 5, 2, 3])
+        visibles = [rows[0], level if tree else rows[1], rows[2]]
         with torch.inference_mode():
-            return drafter.step_batch(h, tokens, positions, caches, [rows[0], level if tree else rows[1], rows[2]]), caches
+            return drafter.step_batch(h, tokens, positions, caches, visibles), caches
 
-    fused_calls: list[int] = []
+    fused_calls: list[bool] = []
     real = eagle3_model.Eagle3Drafter._fused_step
-    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step",
-                        lambda *a: (lambda out: fused_calls.append(out is not None) or out)(real(*a)))
+
+    def counted(*a):
+        out = real(*a)
+        fused_calls.append(out is not None)
+        return out
+
+    monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step", counted)
     fused = [run(False), run(True)]
     assert fused_calls == [True, True]
     monkeypatch.setattr(eagle3_model.Eagle3Drafter, "_fused_step", lambda *a: None)

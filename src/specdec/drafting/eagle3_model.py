@@ -208,8 +208,8 @@ class Eagle3Drafter(SharedTargetParts):
         the same order, the same bits) where the kernels have it and every linear has its AMX-packed copy;
         None elsewhere (the caller runs the Python path)."""
         kernel = _draft_kernel(h)
-        if (kernel is None or not hasattr(kernel, "draft_layer_call") or not hasattr(kernel, "amx_packed_layer_linear_address")
-                or h.dim() != 2 or h.dtype != torch.bfloat16):
+        if (kernel is None or not hasattr(kernel, "draft_layer_call")
+                or not hasattr(kernel, "amx_packed_layer_linear_address") or h.dim() != 2 or h.dtype != torch.bfloat16):
             return None
         if not all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS) for n in visibles):
             return None
@@ -247,9 +247,10 @@ class Eagle3Drafter(SharedTargetParts):
             arguments = None
             if all(p is not None for p in packed):
                 empty = torch.empty(0)
-                arguments = (kernel.amx_packed_layer_linear_address(), [t for p in packed for t in (p, empty, empty, empty)],
-                             [int(w.shape[0]) for w in weights],
-                             [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()])
+                norms = [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()]
+                arguments = (kernel.amx_packed_layer_linear_address(),
+                             [t for p in packed for t in (p, empty, empty, empty)], [int(w.shape[0]) for w in weights],
+                             norms)
             self._fused = (key, arguments)
         return self._fused[1]
 

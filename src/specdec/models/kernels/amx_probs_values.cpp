@@ -67,7 +67,8 @@ inline int64_t shared_chunks(const int64_t* const* orows, int64_t nr, int64_t fi
     if (order_of(r) != nullptr && order_of(0) != nullptr) {  // inside the span a column reads order[s]
       s = first_difference(order_of(r), order_of(0), n);
     } else {
-      while (s < n && slot_of(order_of(r), first, slots, first + s) == slot_of(order_of(0), first, slots, first + s)) ++s;
+      while (s < n && slot_of(order_of(r), first, slots, first + s) == slot_of(order_of(0), first, slots, first + s))
+        ++s;
     }
     if (s < n) shared = std::min(shared, s / kChunk);
   }

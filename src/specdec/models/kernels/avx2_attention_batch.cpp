@@ -255,7 +255,8 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
         const int64_t* orow = order + rows[j] * capacity + first;
         const int64_t same = slot_order_prefix(orow, first, len);  // the context: column c reads slot first + c
         for (int64_t c = same; c < len; ++c)
-          TORCH_CHECK(orow[c] >= first && orow[c] - first < scored, "a tree column reads a slot outside its scored span");
+          TORCH_CHECK(orow[c] >= first && orow[c] - first < scored,
+                      "a tree column reads a slot outside its scored span");
         for (int64_t g = 0; g < groups; ++g) {
           const int64_t hr = (h * groups + g) * n + j;
           const float* mrow = mp + (g * t + rows[j]) * capacity + first;

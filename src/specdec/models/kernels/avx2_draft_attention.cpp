@@ -47,7 +47,8 @@ inline float lanes_total(__m256 v) {
 // drafter's bfloat16 keys and values, so either cache gives every sum the same operands)
 inline __m256 load8(const float* p) { return _mm256_loadu_ps(p); }
 inline __m256 load8(const uint16_t* p) {
-  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))), 16));
+  const __m128i raw = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(raw), 16));
 }
 
 constexpr int kMaxGroup = 8;  // query heads per KV head handled together (more: several passes)
@@ -165,10 +166,10 @@ constexpr int64_t kItemsPerThreadWhole = 4;
 
 }  // namespace
 
-// q float32 [heads, N, dim] (N = sum of rows); keys[i], values[i] float32 or bfloat16 (all alike) [kv_heads, L_i, dim] with unit
-// stride along dim and dim along L (views of a cache's first L_i entries); slots: empty (every sequence
-// causal), or one entry per sequence, an empty tensor for a causal one (see the header); returns float32
-// [heads, N, dim].
+// q float32 [heads, N, dim] (N = sum of rows); keys[i], values[i] float32 or bfloat16 (all alike)
+// [kv_heads, L_i, dim] with unit stride along dim and dim along L (views of a cache's first L_i entries);
+// slots: empty (every sequence causal), or one entry per sequence, an empty tensor for a causal one (see the
+// header); returns float32 [heads, N, dim].
 at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
                            std::vector<int64_t> rows, double scale, std::vector<at::Tensor> slots) {
   TORCH_CHECK(q.scalar_type() == at::kFloat && q.dim() == 3 && q.is_contiguous(), "q: contiguous float32 [H, N, D]");
@@ -233,8 +234,11 @@ at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vect
     const int64_t length = keys[i].size(1);
     it.keys = bf16 ? nullptr : keys[i].data_ptr<float>() + kv * keys[i].stride(0);
     it.values = bf16 ? nullptr : values[i].data_ptr<float>() + kv * values[i].stride(0);
-    it.keys_bf16 = bf16 ? reinterpret_cast<const uint16_t*>(keys[i].data_ptr<at::BFloat16>()) + kv * keys[i].stride(0) : nullptr;
-    it.values_bf16 = bf16 ? reinterpret_cast<const uint16_t*>(values[i].data_ptr<at::BFloat16>()) + kv * values[i].stride(0) : nullptr;
+    const auto half = [&](const at::Tensor& x) {
+      return bf16 ? reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()) + kv * x.stride(0) : nullptr;
+    };
+    it.keys_bf16 = half(keys[i]);
+    it.values_bf16 = half(values[i]);
     it.at = at.empty() ? nullptr : at.data();
     it.visible = at.empty() ? length - rows[i] + (g - first[i]) + 1 : static_cast<int64_t>(at.size());
     const int first_head = static_cast<int>(kv * groups + pass * kMaxGroup);

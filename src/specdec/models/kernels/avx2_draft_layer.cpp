@@ -41,7 +41,8 @@ at::Tensor linear(LayerLinear fn, const at::Tensor& x, const std::vector<at::Ten
 // scales as rms_norm_rows takes them (Llama's weights in float32, `gemma` form: one multiply before the
 // rounding). dims: heads, kv_heads, head_dim. cos and sin [N, D] bfloat16, sin signed as rope_rows takes it.
 // Sequence i's rows[i] new keys and values are written into its cache buffers (k_bufs[i], v_bufs[i]
-// [kv_heads, capacity, D], float32 or bfloat16: either holds the bfloat16 values exactly) from entry lengths[i] on; the caller advances its lengths. slots: draft_attention's.
+// [kv_heads, capacity, D], float32 or bfloat16: either holds the bfloat16 values exactly) from entry
+// lengths[i] on; the caller advances its lengths. slots: draft_attention's.
 // Returns the layer's outputs [N, H] bfloat16.
 at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, std::vector<at::Tensor> tiles,
                             std::vector<int64_t> kinds, std::vector<int64_t> out_features,
@@ -63,7 +64,8 @@ at::Tensor draft_layer_call(at::Tensor h, at::Tensor e, int64_t linear_address, 
     TORCH_CHECK((k_bufs[i].scalar_type() == at::kFloat || k_bufs[i].scalar_type() == at::kBFloat16) &&
                     v_bufs[i].scalar_type() == k_bufs[i].scalar_type() && k_bufs[i].dim() == 3 &&
                     k_bufs[i].size(0) == kv_heads && k_bufs[i].size(2) == head_dim &&
-                    v_bufs[i].sizes() == k_bufs[i].sizes(), "float32 or bfloat16 caches [kv_heads, capacity, head_dim]");
+                    v_bufs[i].sizes() == k_bufs[i].sizes(),
+                "float32 or bfloat16 caches [kv_heads, capacity, head_dim]");
     TORCH_CHECK(rows[i] >= 0 && lengths[i] >= 0 && lengths[i] + rows[i] <= k_bufs[i].size(1),
                 "draft KV cache full (", k_bufs[i].size(1), " entries)");
     total += rows[i];
