@@ -146,37 +146,50 @@ def test_bad_arguments_are_refused():
         kernel.draft_attention(torch.randn(4, 9, 16), [kv[0][0]], [kv[0][1]], [9], 0.25)
 
 
-def test_a_drafter_step_with_the_kernel_matches_the_torch_path(zoo, tmp_path, monkeypatch):
-    """Eagle3Drafter.step_batch: causal steps of up to KERNEL_ROWS rows per sequence take the kernel; the
-    layer outputs stay within float32 rounding of the per-sequence torch attention."""
+def drafter_step_case(zoo, tmp_path, seed: int, scale: float = 1.0):
+    """A random EAGLE-3 drafter on the tiny Gemma 3 and run(tree) -> (layer outputs, caches): one step_batch of
+    three sequences (1, 3 and 2 new rows over contexts of 4, 7 and 2 cached entries), the second one either
+    causal or a draft tree's level (three nodes over a context of 4: entries 4-6 hold a first level, whose
+    nodes 0 and 2 are the parents of the new rows 7-9)."""
     from eagle3_helpers import make_random_eagle3
     from specdec import LLM
-    from specdec.drafting import eagle3_model
-    from specdec.drafting.eagle3_model import DraftKVCache
+    from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
 
     target = zoo.load("gemma3_text")
     llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
                                                   "model": make_random_eagle3(target, tmp_path / "d")})
     drafter = llm.new_proposer().drafter
     c = drafter.config
-    gen = torch.Generator().manual_seed(4)
+    gen = torch.Generator().manual_seed(seed)
     rows = [1, 3, 2]
-    h = torch.randn(sum(rows), c.hidden_size, generator=gen).to(torch.bfloat16)
+    h = (torch.randn(sum(rows), c.hidden_size, generator=gen) * scale).to(torch.bfloat16)
     tokens = torch.randint(0, 50, (sum(rows),), generator=gen)
+    level = ListedVisibility(4, [[4, 7], [4, 8], [6, 9]])
 
-    # the second sequence as a draft tree's level instead: three nodes over a context of 4 (entries 4-6 hold
-    # a first level, whose nodes 0 and 2 are the parents of the new rows 7-9)
-    level = eagle3_model.ListedVisibility(4, [[4, 7], [4, 8], [6, 9]])
-
-    def run(tree: bool = False) -> torch.Tensor:
+    def run(tree: bool = False) -> tuple[torch.Tensor, list[DraftKVCache]]:
         caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
                   for _ in rows]
         for cache, past in zip(caches, (4, 7, 2)):  # some context already cached
-            cache.append(torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past)),
-                         torch.randn(c.num_key_value_heads, past, c.head_dim, generator=torch.Generator().manual_seed(past + 1)))
+            shape = (c.num_key_value_heads, past, c.head_dim)
+            cache.append(torch.randn(shape, generator=torch.Generator().manual_seed(past)),
+                         torch.randn(shape, generator=torch.Generator().manual_seed(past + 1)))
         positions = torch.tensor([4, 7, 8, 9, 2, 3] if not tree else [4, 5, 5, 5, 2, 3])
+        visibles = [rows[0], level if tree else rows[1], rows[2]]
         with torch.inference_mode():
-            return drafter.step_batch(h, tokens, positions, caches, [rows[0], level if tree else rows[1], rows[2]])
+            return drafter.step_batch(h, tokens, positions, caches, visibles), caches
+
+    return drafter, run
+
+
+def test_a_drafter_step_with_the_kernel_matches_the_torch_path(zoo, tmp_path, monkeypatch):
+    """Eagle3Drafter.step_batch: causal steps of up to KERNEL_ROWS rows per sequence take the kernel; the
+    layer outputs stay within float32 rounding of the per-sequence torch attention."""
+    from specdec.drafting import eagle3_model
+
+    _, step = drafter_step_case(zoo, tmp_path, seed=4)
+
+    def run(tree: bool = False) -> torch.Tensor:
+        return step(tree)[0]
 
     calls: list[int] = []
     real = eagle3_model._kernel_attention
@@ -222,33 +235,9 @@ def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkey
     """kernels/avx2_draft_layer.cpp runs Eagle3Drafter.step_batch's kernel path in one call: the same outputs
     and the same new cache entries, bit for bit, for causal steps and a tree level, several sequences at once;
     and it is the path taken (a broken weight changes its outputs)."""
-    from eagle3_helpers import make_random_eagle3
-    from specdec import LLM
     from specdec.drafting import eagle3_model
-    from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
 
-    target = zoo.load("gemma3_text")
-    llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
-                                                  "model": make_random_eagle3(target, tmp_path / "d")})
-    drafter = llm.new_proposer().drafter
-    c = drafter.config
-    gen = torch.Generator().manual_seed(7)
-    rows = [1, 3, 2]
-    h = (torch.randn(sum(rows), c.hidden_size, generator=gen) * 20).to(torch.bfloat16)
-    tokens = torch.randint(0, 50, (sum(rows),), generator=gen)
-    level = ListedVisibility(4, [[4, 7], [4, 8], [6, 9]])
-
-    def run(tree: bool) -> tuple[torch.Tensor, list[DraftKVCache]]:
-        caches = [DraftKVCache(c.num_key_value_heads, c.head_dim, 32, torch.float32, torch.device("cpu"))
-                  for _ in rows]
-        for cache, past in zip(caches, (4, 7, 2)):
-            shape = (c.num_key_value_heads, past, c.head_dim)
-            cache.append(torch.randn(shape, generator=torch.Generator().manual_seed(past)),
-                         torch.randn(shape, generator=torch.Generator().manual_seed(past + 1)))
-        positions = torch.tensor([4, 7, 8, 9, 2, 3] if not tree else [4, 5, 5, 5, 2, 3])
-        visibles = [rows[0], level if tree else rows[1], rows[2]]
-        with torch.inference_mode():
-            return drafter.step_batch(h, tokens, positions, caches, visibles), caches
+    drafter, run = drafter_step_case(zoo, tmp_path, seed=7, scale=20)
 
     fused_calls: list[bool] = []
     real = eagle3_model.Eagle3Drafter._fused_step

@@ -13,6 +13,8 @@
 #include <cstdint>
 #include <vector>
 
+#include "layer_linear.h"
+
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor rope_rows(at::Tensor x, at::Tensor cos, at::Tensor sin);
 at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
@@ -22,19 +24,8 @@ at::Tensor attention_batch(at::Tensor q, at::Tensor k, at::Tensor v, std::vector
                            std::vector<int64_t> slots, at::Tensor positions, int64_t window, double scale,
                            std::vector<at::Tensor> keys_rows, std::vector<at::Tensor> values_t);
 
-namespace {
-
-using LayerLinear = at::Tensor (*)(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
-                                   at::Tensor sub_scales, int64_t kind, bool out_bf16);
-
-// Linear i of qkv, o, gate_up, down: x @ W_i.T in bfloat16, the padding columns of a quantized last tile left out
-at::Tensor linear(LayerLinear fn, const at::Tensor& x, const std::vector<at::Tensor>& tiles,
-                  const std::vector<int64_t>& kinds, const std::vector<int64_t>& out_features, int i) {
-  at::Tensor y = fn(x, tiles[4 * i], tiles[4 * i + 1], tiles[4 * i + 2], tiles[4 * i + 3], kinds[i], true);
-  return y.size(1) == out_features[i] ? y : y.narrow(1, 0, out_features[i]);
-}
-
-}  // namespace
+using specdec_layer::LayerLinear;
+using specdec_layer::linear;
 
 // h [N, hidden] bfloat16: the rows of every sequence. tiles: 4 per linear (qkv, o, gate_up, down) as
 // QuantizedWeight keeps them (or the AMX-packed weight and three empty tensors), kinds and out_features per

@@ -16,24 +16,16 @@
 #include <cstdint>
 #include <vector>
 
+#include "layer_linear.h"
+
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor rope_rows(at::Tensor x, at::Tensor cos, at::Tensor sin);
 at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor draft_attention(at::Tensor q, std::vector<at::Tensor> keys, std::vector<at::Tensor> values,
                            std::vector<int64_t> rows, double scale, std::vector<at::Tensor> slots);
 
-namespace {
-
-using LayerLinear = at::Tensor (*)(at::Tensor x, at::Tensor quants, at::Tensor scales, at::Tensor mins,
-                                   at::Tensor sub_scales, int64_t kind, bool out_bf16);
-
-at::Tensor linear(LayerLinear fn, const at::Tensor& x, const std::vector<at::Tensor>& tiles,
-                  const std::vector<int64_t>& kinds, const std::vector<int64_t>& out_features, int i) {
-  at::Tensor y = fn(x, tiles[4 * i], tiles[4 * i + 1], tiles[4 * i + 2], tiles[4 * i + 3], kinds[i], true);
-  return y.size(1) == out_features[i] ? y : y.narrow(1, 0, out_features[i]);
-}
-
-}  // namespace
+using specdec_layer::LayerLinear;
+using specdec_layer::linear;
 
 // h [N, H] bfloat16: the fused features (or the previous level's outputs) of every sequence's new rows; e [N, H]
 // bfloat16: their tokens' embeddings. tiles, kinds, out_features: 4 per linear (qkv stacked, o, gate_up
