@@ -146,19 +146,22 @@ def test_bad_arguments_are_refused():
         kernel.draft_attention(torch.randn(4, 9, 16), [kv[0][0]], [kv[0][1]], [9], 0.25)
 
 
-def drafter_step_case(zoo, tmp_path, seed: int, scale: float = 1.0):
-    """A random EAGLE-3 drafter on the tiny Gemma 3 and run(tree) -> (layer outputs, caches): one step_batch of
-    three sequences (1, 3 and 2 new rows over contexts of 4, 7 and 2 cached entries), the second one either
-    causal or a draft tree's level (three nodes over a context of 4: entries 4-6 hold a first level, whose
-    nodes 0 and 2 are the parents of the new rows 7-9)."""
+def drafter_step_case(zoo, tmp_path, seed: int, scale: float = 1.0, quantization: str = "none"):
+    """A random EAGLE-3 drafter on the tiny Gemma 3 (its linears in bfloat16, or on int8 copies with
+    `quantization` "w8a8_int8") and run(tree) -> (layer outputs, caches): one step_batch of three sequences
+    (1, 3 and 2 new rows over contexts of 4, 7 and 2 cached entries), the second one either causal or a
+    draft tree's level (three nodes over a context of 4: entries 4-6 hold a first level, whose nodes 0 and 2
+    are the parents of the new rows 7-9)."""
     from eagle3_helpers import make_random_eagle3
     from specdec import LLM
     from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility
 
     target = zoo.load("gemma3_text")
     llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
-                                                  "model": make_random_eagle3(target, tmp_path / "d")})
+                                                  "model": make_random_eagle3(target, tmp_path / "d"),
+                                                  "quantization": quantization})
     drafter = llm.new_proposer().drafter
+    assert (drafter.int8 is not None) == (quantization != "none")
     c = drafter.config
     gen = torch.Generator().manual_seed(seed)
     rows = [1, 3, 2]
@@ -214,7 +217,8 @@ def test_the_fused_qkv_projection_gives_the_three_projections_bits(zoo, tmp_path
 
     target = zoo.load("gemma3_text", "bfloat16")
     llm = LLM(loaded=target, speculative_config={"method": "eagle3", "num_speculative_tokens": 3,
-                                                  "model": make_random_eagle3(target, tmp_path / "d")})
+                                                  "model": make_random_eagle3(target, tmp_path / "d"),
+                                                  "quantization": "none"})
     attn = llm.new_proposer().drafter.layers[0].self_attn
     assert attn.q_proj.weight.dtype == torch.bfloat16
     x = torch.randn(5, attn.q_proj.in_features, generator=torch.Generator().manual_seed(6)).bfloat16()
@@ -231,13 +235,15 @@ def test_the_fused_qkv_projection_gives_the_three_projections_bits(zoo, tmp_path
 
 
 @pytest.mark.skipif(kernel is None or not hasattr(kernel, "amx_packed_layer_linear_address"), reason="the AMX build")
-def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkeypatch):
+@pytest.mark.parametrize("quantization", ["none", "w8a8_int8"])
+def test_the_fused_draft_layer_gives_the_python_paths_bits(zoo, tmp_path, monkeypatch, quantization):
     """kernels/avx2_draft_layer.cpp runs Eagle3Drafter.step_batch's kernel path in one call: the same outputs
-    and the same new cache entries, bit for bit, for causal steps and a tree level, several sequences at once;
-    and it is the path taken (a broken weight changes its outputs)."""
+    and the same new cache entries, bit for bit, for causal steps and a tree level, several sequences at once,
+    on the AMX-packed bfloat16 weights and on int8 copies; and it is the path taken (a broken weight changes
+    its outputs)."""
     from specdec.drafting import eagle3_model
 
-    drafter, run = drafter_step_case(zoo, tmp_path, seed=7, scale=20)
+    drafter, run = drafter_step_case(zoo, tmp_path, seed=7, scale=20, quantization=quantization)
 
     fused_calls: list[bool] = []
     real = eagle3_model.Eagle3Drafter._fused_step

@@ -210,6 +210,30 @@ def test_trained_drafter_is_accepted_chain_and_tree(zoo, trained_bigram_drafter,
         assert rates["trained"] > 1.8 and rates["trained"] - 1 > 3 * (rates["untrained"] - 1), (extra, rates)
 
 
+def test_int8_drafter_weights_keep_the_trained_drafters_acceptance(zoo, trained_bigram_drafter):
+    """The drafter's linears on int8 copies ("w8a8_int8") draft nearly as well as in bfloat16: a trained
+    drafter's acceptance stays within a tenth, outputs identical (an int8 path that broke the drafter would
+    fall to an untrained one's acceptance while the outputs stayed right)."""
+    from specdec.quantization.kernel import quant_kernel
+
+    if quant_kernel() is None:
+        pytest.skip("the CPU int8 kernels (AVX2 and a compiler)")
+    out, _ = trained_bigram_drafter
+    target = zoo.load("bigram")
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    prompts = [s.prompt_ids for s in greedy_samples(target, 4, seed=9)]
+    rates, outputs = {}, {}
+    for mode in ("none", "w8a8_int8"):
+        spec = LLM(loaded=target, speculative_config={"method": "eagle3", "model": str(out),
+                                                      "num_speculative_tokens": 4, "tree_top_k": 3,
+                                                      "tree_num_draft_tokens": 12, "quantization": mode})
+        assert (spec.new_proposer().drafter.int8 is not None) == (mode != "none")
+        outputs[mode] = [spec.generate({"prompt_token_ids": p}, params)[0].outputs[0].token_ids for p in prompts]
+        rates[mode] = spec.stats.mean_acceptance_length
+    assert outputs["none"] == outputs["w8a8_int8"]
+    assert rates["none"] > 1.8 and rates["w8a8_int8"] > 0.9 * rates["none"], rates
+
+
 def test_resume_continues_where_it_stopped(zoo, tmp_path):
     target = zoo.load("bigram")
     samples = greedy_samples(target, 16, seed=1)

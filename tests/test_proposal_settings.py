@@ -78,6 +78,10 @@ def test_the_default_entry_follows_the_kernels_built_here(monkeypatch, isa, tree
     # a key of the user's own: the portable default's shape fills the rest on every machine
     out = _resolve(method="eagle3", model=EAGLE, confidence_threshold=0.3)
     assert (out["num_speculative_tokens"], out["tree_top_k"], out["confidence_threshold"]) == (7, 1, 0.3)
+    # `quantization` says how the drafter's weights run, not the draft's shape: the config stays bare
+    out = _resolve(method="eagle3", model=EAGLE, quantization="none")
+    assert (out["num_speculative_tokens"], out["tree_top_k"], out["quantization"]) == ((10, 3, "none") if tree
+                                                                                      else (7, 1, "none"))
 
 
 def test_a_kernel_build_missing_from_the_map_takes_the_stored_default(monkeypatch, tmp_path):
@@ -173,7 +177,8 @@ def test_medusa_fixed_choices_are_not_mixed_with_a_stored_grown_tree():
 def test_hybrid_fallback_keeps_the_users_keys():
     fallback = {"method": "eagle3", "model": EAGLE, "num_speculative_tokens": 6, "confidence_threshold": 0.6}
     assert SpeculativeConfig.from_dict(fallback).to_dict() == {**fallback, "tree_top_k": 1,
-                                                               "tree_num_draft_tokens": 16, "context_vocab": True}
+                                                               "tree_num_draft_tokens": 16, "context_vocab": True,
+                                                               "quantization": "auto"}
 
 
 def test_no_stored_settings_for_other_models():

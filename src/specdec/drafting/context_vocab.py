@@ -15,10 +15,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import TYPE_CHECKING
 
 import torch
 
 from specdec.models.fast_linear import linear_float
+
+if TYPE_CHECKING:
+    from specdec.quantization.quantized_weight import QuantizedWeight
 
 
 class ContextVocab:
@@ -29,6 +33,8 @@ class ContextVocab:
         logit soft-cap if it has one. Disabled, it is the static vocabulary only."""
         self.static_ids = static_ids
         self.static_rows = static_rows
+        # what the static columns are scored with: the rows, or a drafter's int8 copy of them (int8_weights.py)
+        self.static_weight: torch.Tensor | QuantizedWeight = static_rows
         self.head_weight = head_weight.detach()
         self.softcap = softcap
         self.enabled = enabled
@@ -82,12 +88,16 @@ class ContextVocab:
         (float32, before any soft-cap): the static columns, for a drafter that scores them with its own rows
         (Medusa heads with their own projections); the context columns always use the target's rows."""
         x = normed.to(self.static_rows.dtype)
-        logits = linear_float(x, self.static_rows) if static_logits is None else static_logits
+        logits = self.static_logits(x) if static_logits is None else static_logits
         if self._extra:
             logits = torch.cat([logits, linear_float(x, self._extra_rows)], dim=-1)
         if self.softcap:
             logits = torch.tanh(logits / self.softcap) * self.softcap
         return logits
+
+    def static_logits(self, normed: torch.Tensor) -> torch.Tensor:
+        """float32 logits [n, Vs] of the static columns (before any soft-cap) for final-normed states [n, H]."""
+        return linear_float(normed.to(self.static_rows.dtype), self.static_weight)
 
     def target_id(self, local_id: int) -> int:
         n = self.static_ids.numel()

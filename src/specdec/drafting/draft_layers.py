@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -10,6 +12,9 @@ from specdec.models import fast_linear
 from specdec.models.decoder import rms_norm
 from specdec.models.fast_linear import linear, module_linear
 from specdec.models.gated_activation import gated_activation
+
+if TYPE_CHECKING:
+    from specdec.drafting.int8_weights import Int8Copies
 
 
 _ROPE_TABLES: dict[tuple[float, int, torch.device], tuple[torch.Tensor, torch.Tensor]] = {}
@@ -105,6 +110,7 @@ class GatedMLP(nn.Module):
         self.down_proj = nn.Linear(intermediate_size, hidden_size, bias=False)
 
         self._gate_up = StackedWeight()
+        self.int8: Int8Copies | None = None  # a drafter's use_int8_weights: inference on int8 copies
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         lin = module_linear
@@ -112,5 +118,9 @@ class GatedMLP(nn.Module):
             return lin(self.down_proj, F.silu(lin(self.gate_proj, x)) * lin(self.up_proj, x))
         # inference: gate and up in one linear and the activation in one pass (gated_activation.py), as the
         # target's MLP runs; one rounding of silu(gate) * up instead of two
-        gate_up = linear(x.to(self.gate_proj.weight.dtype), self._gate_up.of(self.gate_proj.weight, self.up_proj.weight))
+        gate_up_weight = self._gate_up.of(self.gate_proj.weight, self.up_proj.weight)
+        if self.int8 is not None:
+            gate_up = linear(x.to(self.gate_proj.weight.dtype), self.int8.of("gate_up", gate_up_weight))
+            return linear(gated_activation(gate_up, "silu"), self.int8.of("down", self.down_proj.weight))
+        gate_up = linear(x.to(self.gate_proj.weight.dtype), gate_up_weight)
         return lin(self.down_proj, gated_activation(gate_up, "silu"))

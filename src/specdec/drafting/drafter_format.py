@@ -26,15 +26,17 @@ SPECULATORS_VERSION = "0.3.0"  # the speculators config layout we follow
 T = TypeVar("T")
 
 
-def shared_drafter(target: LoadedModel, method: str, directory: Path | None, build: Callable[[], T]) -> T:
-    """`build()` once per target, method and drafter folder: every running sequence has its own proposer
-    (its caches and vocabulary), but they all share one copy of the drafter's weights. The folder's files
-    (names, sizes, modification times) are part of the key, so a drafter rewritten in place is loaded anew."""
+def shared_drafter(target: LoadedModel, method: str, directory: Path | None, build: Callable[[], T],
+                   variant: str = "") -> T:
+    """`build()` once per target, method, drafter folder and `variant` (a form of its weights, such as int8
+    copies): every running sequence has its own proposer (its caches and vocabulary), but they all share one
+    copy of the drafter's weights. The folder's files (names, sizes, modification times) are part of the key,
+    so a drafter rewritten in place is loaded anew."""
     stamp: tuple[Any, ...] = ()
     if directory is not None:
         stamp = tuple(sorted((p.name, p.stat().st_size, p.stat().st_mtime_ns)
                              for p in Path(directory).iterdir() if p.is_file()))
-    return target.shared(("drafter", method, str(directory), stamp), build)
+    return target.shared(("drafter", method, str(directory), stamp, variant), build)
 
 
 def target_fingerprint(target: LoadedModel) -> str:

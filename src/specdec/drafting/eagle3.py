@@ -20,12 +20,12 @@ from specdec.drafting.context_vocab import ContextVocab, greedy_tops
 from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.eagle3_model import DraftKVCache, ListedVisibility, draft_cache_dtype
+from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter, ListedVisibility, draft_cache_dtype
+from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8
 from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
 from specdec.drafting.shipped import resolve_drafter
-from specdec.models.fast_linear import linear_float
 from specdec.verification.probabilities import sample, sampling_probs
 
 if TYPE_CHECKING:
@@ -46,9 +46,12 @@ class Eagle3Options:
     # also let the drafter propose every token of the request's context (prompt and output so far) that is
     # outside its draft vocabulary, through the target's LM head rows (context_vocab.py)
     context_vocab: bool = True
+    # the drafter's linears on int8 copies (int8_weights.py; vLLM's key for the draft model's quantization):
+    # "auto" where this CPU's int8 kernels are the fast ones, "w8a8_int8", or "none" (bfloat16 as stored)
+    quantization: str = AUTO
 
     def problems(self) -> list[str]:
-        out = threshold_problems(self.confidence_threshold)
+        out = threshold_problems(self.confidence_threshold) + mode_problems(self.quantization)
         return out + draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens)
 
 
@@ -65,12 +68,21 @@ class Eagle3Proposer(Proposer):
             raise ValueError("eagle3 needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
         path = resolve_drafter(options.model)
-        drafter = self.drafter = shared_drafter(target, "eagle3", path,
-                                                lambda: load_eagle3(path, target)[0].ready_for(target))
+        int8 = uses_int8(options.quantization, target.device)
+
+        def build() -> Eagle3Drafter:
+            drafter = load_eagle3(path, target)[0].ready_for(target)
+            # "auto" keeps bfloat16 where the shapes do not fit the int8 kernels; "w8a8_int8" says why
+            if int8 and (options.quantization == W8A8 or not drafter.int8_problems()):
+                drafter.use_int8_weights()
+            return drafter
+
+        drafter = self.drafter = shared_drafter(target, "eagle3", path, build, variant=W8A8 if int8 else "")
         self.target_layers = tuple(drafter.config.aux_layer_ids)
         self.cache: DraftKVCache | None = None
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._head, decoder.head_weight(),
                                   enabled=options.context_vocab)
+        self.vocab.static_weight = drafter.head_weight_for_drafting()
         self.pending: PendingFeatures | None = None  # committed positions the drafter has not read yet
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None
@@ -188,7 +200,7 @@ def _chains(ps: Sequence[Eagle3Proposer], tokens: Sequence[Sequence[int]], max_t
             if not active:
                 break
             normed = drafter.norm(h)
-            static = linear_float(normed.to(ps[0].vocab.static_rows.dtype), ps[0].vocab.static_rows)
+            static = ps[0].vocab.static_logits(normed)
             greedy = [row for row, j in enumerate(active) if ps[j].sampling is None or ps[j].sampling.greedy]
             whole = len(greedy) == len(active)
             tops = dict(zip(greedy, greedy_tops([ps[active[row]].vocab for row in greedy],
@@ -251,7 +263,7 @@ def _vocab_logits(ps: Sequence[Eagle3Proposer], h: torch.Tensor, counts: Sequenc
     of the row's `vocab.logits` on its own."""
     vocab = ps[0].vocab
     normed = ps[0].drafter.norm(h)
-    static = linear_float(normed.to(vocab.static_rows.dtype), vocab.static_rows)
+    static = vocab.static_logits(normed)
     out, start = [], 0
     for p, n in zip(ps, counts):
         out.append(p.vocab.logits(normed[start : start + n], static_logits=static[start : start + n]))

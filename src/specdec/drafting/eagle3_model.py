@@ -20,6 +20,7 @@ import torch
 from torch import nn
 
 from specdec.drafting.draft_layers import GatedMLP, RMSNorm, StackedWeight, rope, rope_rows_tables
+from specdec.drafting.int8_weights import Int8Copies, shape_problems
 from specdec.drafting.vocab_map import SharedTargetParts
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, module_linear as _lin
@@ -56,6 +57,7 @@ class Eagle3Attention(nn.Module):
         self.v_proj = nn.Linear(2 * c.hidden_size, c.num_key_value_heads * c.head_dim, bias=False)
         self.o_proj = nn.Linear(c.num_attention_heads * c.head_dim, c.hidden_size, bias=False)
         self._qkv = StackedWeight()
+        self.int8: Int8Copies | None = None  # Eagle3Drafter.use_int8_weights: inference on int8 copies
 
     def qkv(self, x: torch.Tensor, positions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """[n, 2H] -> q [heads, n, d], k and v [kv_heads, n, d], RoPE applied."""
@@ -65,7 +67,8 @@ class Eagle3Attention(nn.Module):
             q, k, v = _lin(self.q_proj, x), _lin(self.k_proj, x), _lin(self.v_proj, x)
         else:  # inference: one linear over [q; k; v] (each row's bits are its three products': row-invariant)
             stacked = self._qkv.of(self.q_proj.weight, self.k_proj.weight, self.v_proj.weight)
-            q, k, v = linear(x.to(self.q_proj.weight.dtype), stacked).split([q_size, kv_size, kv_size], 1)
+            weight = stacked if self.int8 is None else self.int8.of("qkv", stacked)
+            q, k, v = linear(x.to(self.q_proj.weight.dtype), weight).split([q_size, kv_size, kv_size], 1)
         q = q.reshape(n, c.num_attention_heads, c.head_dim).transpose(0, 1)
         k = k.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
         v = v.reshape(n, c.num_key_value_heads, c.head_dim).transpose(0, 1)
@@ -73,7 +76,10 @@ class Eagle3Attention(nn.Module):
 
     def out(self, attn: torch.Tensor) -> torch.Tensor:
         """[heads, n, d] -> [n, H]"""
-        return _lin(self.o_proj, attn.transpose(0, 1).reshape(attn.shape[1], -1))
+        x = attn.transpose(0, 1).reshape(attn.shape[1], -1)
+        if self.int8 is not None and not torch.is_grad_enabled():
+            return linear(x.to(self.o_proj.weight.dtype), self.int8.of("o", self.o_proj.weight))
+        return _lin(self.o_proj, x)
 
 
 class Eagle3Layer(nn.Module):
@@ -131,6 +137,32 @@ class Eagle3Drafter(SharedTargetParts):
         self.norm = RMSNorm(c.hidden_size, eps=c.rms_norm_eps)
         self._init_draft_vocab(c.vocab_size, c.draft_vocab_size)
         self._fused: tuple[tuple, Any] | None = None  # _fused_arguments' key and arguments
+        self.int8: Int8Copies | None = None  # use_int8_weights
+
+    def int8_problems(self) -> list[str]:
+        """Why use_int8_weights cannot apply to this drafter's shapes (none: it can)."""
+        c = self.config
+        return shape_problems([2 * c.hidden_size, c.num_attention_heads * c.head_dim, c.hidden_size,
+                               c.intermediate_size])
+
+    def use_int8_weights(self) -> Eagle3Drafter:
+        """Inference from here on runs the layer's four linears and the draft-vocabulary head rows on int8
+        copies (drafting/int8_weights.py); training still reads the bfloat16 weights. `fc` stays bfloat16: its
+        input, the target's raw residual streams, has channels hundreds of times the others (Gemma's reach an
+        RMS of ~900), which one int8 scale per row drowns (a tree's acceptance fell from 5.1 to 4.4 a step)."""
+        problems = self.int8_problems()
+        if problems:
+            raise ValueError(problems[0])
+        self.int8 = Int8Copies()
+        self.layers[0].self_attn.int8 = self.int8
+        self.layers[0].mlp.int8 = self.int8
+        self._fused = None
+        return self
+
+    def head_weight_for_drafting(self) -> Any:
+        """What the draft-vocabulary logits are computed with: the head rows, or their int8 copy."""
+        assert self._head is not None
+        return self._head if self.int8 is None else self.int8.of("head", self._head)
 
     # -- frozen target parts -------------------------------------------------------------------------
     def fuse(self, features: torch.Tensor) -> torch.Tensor:
@@ -205,18 +237,17 @@ class Eagle3Drafter(SharedTargetParts):
     def _fused_step(self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, caches: list[DraftKVCache],
                     visibles: Sequence[Visibility]) -> torch.Tensor | None:
         """step_batch's kernel path in one C++ call (kernels/avx2_draft_layer.cpp: the same kernels and ops in
-        the same order, the same bits) where the kernels have it and every linear has its AMX-packed copy;
+        the same order, the same bits) where the kernels have it and every linear has its AMX-packed (or int8) copy;
         None elsewhere (the caller runs the Python path)."""
         kernel = _draft_kernel(h)
-        if (kernel is None or not hasattr(kernel, "draft_layer_call")
-                or not hasattr(kernel, "amx_packed_layer_linear_address") or h.dim() != 2 or h.dtype != torch.bfloat16):
+        if kernel is None or not hasattr(kernel, "draft_layer_call") or h.dim() != 2 or h.dtype != torch.bfloat16:
             return None
         if not all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS) for n in visibles):
             return None
         arguments = self._fused_arguments(kernel)
         if arguments is None or h.shape[0] == 0:
             return None
-        address, tiles, features, norms = arguments
+        address, tiles, kinds, features, norms = arguments
         rows = [n.rows if isinstance(n, ListedVisibility) else n for n in visibles]  # type: ignore[union-attr]
         if sum(rows) != h.shape[0]:
             raise ValueError(f"{sum(rows)} rows for {h.shape[0]} inputs")
@@ -224,7 +255,7 @@ class Eagle3Drafter(SharedTargetParts):
         cos, sin = rope_rows_tables(c.rope_theta, c.head_dim, int(positions.max()) + 1, h.device, h.dtype)
         slots = [x.slots() if isinstance(x, ListedVisibility) else _NO_SLOTS for x in visibles]
         out = kernel.draft_layer_call(
-            h, self.embed(tokens).to(h.dtype), address, tiles, features, features, norms, c.rms_norm_eps,
+            h, self.embed(tokens).to(h.dtype), address, tiles, kinds, features, norms, c.rms_norm_eps,
             c.norm_before_residual, [c.num_attention_heads, c.num_key_value_heads, c.head_dim], cos[positions],
             sin[positions], [x.k for x in caches], [x.v for x in caches], [x.length for x in caches], rows,
             1.0 / math.sqrt(c.head_dim), slots if any(x.numel() for x in slots) else [])
@@ -232,25 +263,34 @@ class Eagle3Drafter(SharedTargetParts):
             cache.length += n
         return out
 
-    def _fused_arguments(self, kernel: Any) -> tuple[int, list[torch.Tensor], list[int], list[torch.Tensor]] | None:
-        """draft_layer_call's weights (the four linears' AMX-packed copies, their output features, the three
-        norms' float32 scales), gathered once per change of any weight; None where a linear has no packed copy."""
+    def _fused_arguments(self, kernel: Any) -> tuple[int, list[torch.Tensor], list[int], list[int], list[torch.Tensor]] | None:
+        """draft_layer_call's weights (the linears' function address, the four linears' tiles and kinds, their
+        output features, the three norms' float32 scales), gathered once per change of any weight: their
+        AMX-packed copies, or with use_int8_weights their int8 copies; None where a linear has neither."""
         layer = self.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         raw = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight, mlp.gate_proj.weight,
                mlp.up_proj.weight, mlp.down_proj.weight, layer.hidden_norm.weight, layer.input_layernorm.weight,
                layer.post_attention_layernorm.weight)
-        key = tuple((w.data_ptr(), w._version, w.dtype) for w in raw)
+        key = (self.int8 is not None, *((w.data_ptr(), w._version, w.dtype) for w in raw))
         if self._fused is None or self._fused[0] != key:
             weights = [attn._qkv.of(*raw[:3]), raw[3], mlp._gate_up.of(*raw[4:6]), raw[6]]
-            packed = [fast_linear.packed_copy(w) for w in weights]
+            features = [int(w.shape[0]) for w in weights]
+            empty = torch.empty(0)
             arguments = None
-            if all(p is not None for p in packed):
-                empty = torch.empty(0)
+            if self.int8 is not None:
+                int8 = [self.int8.of(name, w) for name, w in zip(("qkv", "o", "gate_up", "down"), weights)]
+                args = [q.kernel_args() for q in int8]
+                if len({a[2] for a in args}) == 1 and args[0][2] != 0:
+                    arguments = (args[0][2], [t for a in args for t in a[0]], [a[1] for a in args], features)
+            else:
+                packed = [fast_linear.packed_copy(w) for w in weights]
+                if hasattr(kernel, "amx_packed_layer_linear_address") and all(p is not None for p in packed):
+                    arguments = (kernel.amx_packed_layer_linear_address(),
+                                 [t for p in packed for t in (p, empty, empty, empty)], features, features)
+            if arguments is not None:
                 norms = [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()]
-                arguments = (kernel.amx_packed_layer_linear_address(),
-                             [t for p in packed for t in (p, empty, empty, empty)], [int(w.shape[0]) for w in weights],
-                             norms)
+                arguments = (*arguments, norms)
             self._fused = (key, arguments)
         return self._fused[1]
 

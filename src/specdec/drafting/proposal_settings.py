@@ -126,8 +126,8 @@ def default_for_kernels(spec: dict[str, Any], quantization: str | None = None,
     `default_proposal_method`: its kernels' rows cost more (16 rows about twice one), and there the fixed
     trees of the AMX defaults lost to the portable ones (docs/long-context-runs.md); except `w8a8_int8` on
     the AMX-INT8 build (cheap_rows), where the AMX entries drafted more at the same speed
-    (docs/quantization-runs.md). Only a bare config takes it: a config that sets a key of its own (a length,
-    a threshold) keeps meaning the same shape on every machine."""
+    (docs/quantization-runs.md). Only a bare config takes it (no key but `model` and `quantization`): a config
+    that sets a key of its own (a length, a threshold) keeps meaning the same shape on every machine."""
     default = spec.get("default_proposal_method")
     by_kernels = spec.get(DEFAULT_BY_KERNELS)
     if (not isinstance(by_kernels, dict) or not by_kernels or not cheap_rows(quantization)
@@ -168,6 +168,10 @@ def choose_entry(method: str, options_class: type, user: dict[str, Any],
 SCHEDULE_KEYS = ("num_speculative_tokens", "max_num_speculative_tokens", "num_speculative_tokens_by_batch_size")
 
 
+# keys that leave a config bare: they choose the drafter and how its weights run, not the draft's shape
+NOT_SHAPE_KEYS = frozenset({"model", "quantization"})
+
+
 def stored_entry(method: str, options_class: type, user: dict[str, Any], quantization: str | None = None,
                  device: str | torch.device | None = None) -> tuple[dict[str, Any] | None, Path | None]:
     """The stored entry that fills `user` (see the module's rule) and the config path of the drafter `user`
@@ -176,7 +180,7 @@ def stored_entry(method: str, options_class: type, user: dict[str, Any], quantiz
     if found is None:
         return None, None
     path, config = found
-    bare = not set(user) - {"model"}
+    bare = not set(user) - NOT_SHAPE_KEYS
     return choose_entry(method, options_class, user, *stored_entries(config, bare, quantization, device)), path
 
 
