@@ -84,8 +84,9 @@ def test_bad_quantization_values_and_missing_kernels_are_clear(zoo, tmp_path, mo
     monkeypatch.setattr(int8_weights, "quant_kernel", lambda: None)
     with pytest.raises(ValueError, match="needs the CPU int8 kernels"):
         LLM(loaded=target, speculative_config={**base, "quantization": "w8a8_int8"}).new_proposer()
-    # "auto" without the kernels keeps the bfloat16 weights
+    # "auto" without the kernels keeps the bfloat16 weights; null is vLLM's "not quantized"
     assert LLM(loaded=target, speculative_config=base).new_proposer().drafter.int8 is None
+    assert LLM(loaded=target, speculative_config={**base, "quantization": None}).new_proposer().drafter.int8 is None
 
 
 def test_shapes_the_kernels_cannot_take_are_refused_or_kept_in_bfloat16(zoo, tmp_path):

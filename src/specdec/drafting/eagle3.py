@@ -47,8 +47,8 @@ class Eagle3Options:
     # outside its draft vocabulary, through the target's LM head rows (context_vocab.py)
     context_vocab: bool = True
     # the drafter's linears on int8 copies (int8_weights.py; vLLM's key for the draft model's quantization):
-    # "auto" where this CPU's int8 kernels are the fast ones, "w8a8_int8", or "none" (bfloat16 as stored)
-    quantization: str = AUTO
+    # "auto" where this CPU's int8 kernels are the fast ones, "w8a8_int8", or "none" / null (bfloat16 as stored)
+    quantization: str | None = AUTO
 
     def problems(self) -> list[str]:
         out = threshold_problems(self.confidence_threshold) + mode_problems(self.quantization)

@@ -25,7 +25,7 @@ _ROW_KIND = 3  # the kernels' kind id of s8r (int8 per channel, x per row)
 
 
 def mode_problems(mode: object) -> list[str]:
-    if mode not in MODES:
+    if mode is not None and mode not in MODES:  # None (JSON null, vLLM's "not quantized") is "none"
         return [f"quantization must be one of {', '.join(map(repr, MODES))}, got {mode!r}"]
     return []
 
@@ -35,11 +35,11 @@ def _kernel_runs_int8() -> bool:
     return module is not None and _ROW_KIND in getattr(module, "quant_linear_row_kinds", ())
 
 
-def uses_int8(mode: str, device: torch.device) -> bool:
+def uses_int8(mode: str | None, device: torch.device) -> bool:
     """Whether a drafter on `device` runs its linears on int8 copies: "auto" where this CPU's int8 kernels
     are the fast ones, "w8a8_int8" wherever a kernel runs them (else a ValueError: the reference would be
-    slower than bfloat16), "none" never."""
-    if mode == NONE:
+    slower than bfloat16), "none" (or None) never."""
+    if mode is None or mode == NONE:
         return False
     cpu_kernel = device.type == "cpu" and _kernel_runs_int8()
     if mode == AUTO:
