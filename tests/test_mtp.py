@@ -126,7 +126,8 @@ def test_checkpoint_with_mtp_layers_still_loads_as_a_target(zoo, mtp_checkpoint)
 
 def test_checkpoint_mtp_layers_are_loaded_and_draft(mtp_checkpoint):
     target = load_model(mtp_checkpoint, dtype="bfloat16", device="cpu")
-    spec = _same_greedy(target, {"method": "mtp", "num_speculative_tokens": 3})
+    # "none": the blocks keep the checkpoint's bfloat16 weights, compared below
+    spec = _same_greedy(target, {"method": "mtp", "num_speculative_tokens": 3, "quantization": "none"})
     drafter = spec.proposer.drafter
     assert drafter.config.num_modules == 2 and drafter.config.draft_vocab_size == target.vocab_size
     stored = load_file(f"{mtp_checkpoint}/model.safetensors")

@@ -4,8 +4,9 @@ Why: a drafting step multiplies a handful of rows (one a sequence in a chain, a 
 it is bound by reading the weights, as a target's decode step is. EAGLE-3's layer and its 8,192-row head are
 about 23 MB in bfloat16, read five to ten times a step. int8 per output channel with the activations
 quantized per row (quantization/'s `w8a8_int8` kernels) reads half of that: a tree's drafting on the default
-model went from 7.3 to 4.8 ms a step (docs/long-context-runs.md). The drafter's proposals change a little,
-since its arithmetic is no longer bfloat16's; the output does not, since the target verifies every token.
+model went from 7.3 to 4.8 ms a step (docs/long-context-runs.md); MTP's blocks and head run the same way.
+The drafter's proposals change a little, since its arithmetic is no longer bfloat16's; the output does not,
+since the target verifies every token.
 """
 
 from __future__ import annotations

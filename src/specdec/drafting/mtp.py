@@ -26,6 +26,7 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.drafter_format import shared_drafter
+from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
 from specdec.drafting.mtp_tree import draft_trees
@@ -184,9 +185,12 @@ class MTPOptions:
     confidence_threshold: float = 0.0
     # also propose the request's context tokens outside the draft vocabulary (context_vocab.py)
     context_vocab: bool = True
+    # the blocks' linears and head rows on int8 copies, as EAGLE-3's (int8_weights.py): "auto", "w8a8_int8",
+    # or "none" / null
+    quantization: str | None = AUTO
 
     def problems(self) -> list[str]:
-        out = threshold_problems(self.confidence_threshold)
+        out = threshold_problems(self.confidence_threshold) + mode_problems(self.quantization)
         return out + draft_shape_problems(self.num_speculative_tokens, self.tree_top_k, self.tree_num_draft_tokens)
 
 
@@ -199,17 +203,24 @@ class MTPProposer(Proposer):
         if target.decoder is None:
             raise ValueError("mtp needs the target's hidden states, which only the native runtime provides")
         path = None if options.model is None else resolve_drafter(options.model)
+        int8 = uses_int8(options.quantization, target.device)
 
         def build() -> MTPDrafter:
             drafter = load_checkpoint_mtp(target) if path is None else load_mtp(path, target)[0]
             drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
             drafter.attach_target(target.decoder)
-            return drafter.prepare()
+            drafter.prepare()
+            # "auto" keeps bfloat16 where the shapes do not fit the int8 kernels; "w8a8_int8" says why
+            if int8 and (options.quantization == W8A8 or not drafter.int8_problems()):
+                drafter.use_int8_weights()
+            return drafter
 
-        self.drafter = shared_drafter(target, "mtp", path, build)
+        self.drafter = shared_drafter(target, "mtp", path, build, variant=W8A8 if int8 else "")
         assert self.drafter._target is not None
         self.vocab = ContextVocab(self.drafter.draft_ids(), self.drafter._target[1], target.decoder.head_weight(),
                                   softcap=target.decoder.arch.final_logit_softcap, enabled=options.context_vocab)
+        if self.drafter.int8_head is not None:
+            self.vocab.static_weight = self.drafter.int8_head
         self.state: MTPState | None = None
         self.sampling: SamplingParams | None = None
         self.generator: torch.Generator | None = None

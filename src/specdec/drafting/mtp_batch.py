@@ -15,7 +15,6 @@ import torch
 from specdec.drafting.base import Draft
 from specdec.drafting.confidence import keeps_drafting
 from specdec.models.decoder import SequenceRows
-from specdec.models.fast_linear import linear_float
 
 from specdec.drafting.mtp import MTPState, Pick
 
@@ -66,7 +65,7 @@ def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], de
         normed = module.norm(torch.cat(lasts), module.shared_norm)
         vocab0 = states[0].vocab
         assert vocab0 is not None
-        static = linear_float(normed.to(vocab0.static_rows.dtype), vocab0.static_rows)
+        static = vocab0.static_logits(normed)
         going = []
         for r, j in enumerate(active):
             st = states[j]

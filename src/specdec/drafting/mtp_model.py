@@ -21,7 +21,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specdec.drafting.int8_weights import Int8Copies, shape_problems
 from specdec.drafting.vocab_map import DraftVocab, head_logits
+from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
 from specdec.models.architecture import Architecture
 from specdec.models.decoder import Decoder, DecoderLayer, apply_rope, norm_scale, rms_norm
 from specdec.models.fast_linear import linear
@@ -86,6 +88,7 @@ class MTPDrafter(DraftVocab):
         self.layers = nn.ModuleList(MTPModule(arch, config.layer_type) for _ in range(config.num_modules))
         self._init_draft_vocab(config.vocab_size, config.draft_vocab_size)
         self._target: tuple[Decoder, torch.Tensor] | None = None  # a tuple, so the target is no submodule
+        self.int8_head: QuantizedWeight | None = None  # use_int8_weights
 
     def module_for(self, depth: int) -> MTPModule:
         """Depth k (1-based) uses module k; deeper steps reuse the last one."""
@@ -121,6 +124,30 @@ class MTPDrafter(DraftVocab):
         """Call after loading weights (inference): precomputes the blocks' norm scales."""
         for m in self.layers:
             m.block.prepare()  # type: ignore[operator]
+        return self
+
+    def int8_problems(self) -> list[str]:
+        """Why use_int8_weights cannot apply to this drafter's shapes (none: it can)."""
+        a = self.arch
+        return shape_problems([a.hidden_size, a.num_heads * a.head_dim, a.intermediate_size])
+
+    def use_int8_weights(self) -> MTPDrafter:
+        """Inference only, from here on: each block's four linears on int8 copies (drafting/int8_weights.py;
+        the blocks are our DecoderLayer, whose one-call layer runs quantized linears as a quantized target's
+        do) and the head rows' int8 copy in `int8_head` for the draft-vocabulary logits. `eh_proj` stays
+        bfloat16, as EAGLE-3's `fc`: its input carries the target's final hidden state."""
+        problems = self.int8_problems()
+        if problems:
+            raise ValueError(problems[0])
+        copies = Int8Copies()
+        for i, m in enumerate(self.layers):
+            block = m.block
+            for name in ("qkv", "o", "gate_up", "down"):
+                dense: nn.Linear = getattr(block, name)
+                setattr(block, name, QuantizedLinear(copies.of(f"{i}.{name}", dense.weight), dense.bias))
+            block.prepare()  # type: ignore[operator]
+        assert self._target is not None
+        self.int8_head = copies.of("head", self._target[1])
         return self
 
     # -- DeepSeek checkpoint names ---------------------------------------------------------------------

@@ -1,5 +1,5 @@
-"""EAGLE-3 with its drafter's linears on int8 copies (speculative_config "quantization"): lossless, actually
-int8 and actually drafting, sampling unchanged, and clear about where it cannot run."""
+"""EAGLE-3 and MTP with their drafters' linears on int8 copies (speculative_config "quantization"): lossless,
+actually int8 and actually drafting, sampling unchanged, and clear about where it cannot run."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from specdec.drafting import int8_weights
 from specdec.quantization.kernel import quant_kernel
 
 from eagle3_helpers import make_random_eagle3
+from mtp_helpers import make_random_mtp
 from stat_helpers import chi_square_pvalue, sample_token_ids
 from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
 
@@ -94,3 +95,44 @@ def test_shapes_the_kernels_cannot_take_are_refused_or_kept_in_bfloat16(zoo, tmp
 
     assert shape_problems([64, 128]) == []
     assert "multiples of 32" in shape_problems([64, 48])[0]
+
+
+@needs_kernel
+@pytest.mark.parametrize("tree", [None, dict(tree_top_k=3, tree_num_draft_tokens=8, num_speculative_tokens=3)])
+@pytest.mark.parametrize("family", ["llama", "gemma3_text"])
+def test_mtp_greedy_equals_plain_decoding_with_int8_block_weights(zoo, tmp_path, family, tree):
+    """MTP's blocks (our DecoderLayer) on int8 copies through the one-call layer, and its head rows: the
+    output is plain decoding's, drafts are verified, and the blocks really hold quantized linears."""
+    from specdec.quantization.quantized_weight import QuantizedLinear
+
+    target = zoo.load(family)
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200, num_modules=2)
+    config = {"method": "mtp", "model": path, "num_speculative_tokens": 3, "quantization": "w8a8_int8", **(tree or {})}
+    plain, spec = LLM(loaded=target), LLM(loaded=target, speculative_config=config)
+    proposer = spec.new_proposer()
+    blocks = [m.block for m in proposer.drafter.layers]
+    assert all(isinstance(getattr(b, n), QuantizedLinear) for b in blocks for n in ("qkv", "o", "gate_up", "down"))
+    assert proposer.vocab.static_weight is proposer.drafter.int8_head is not None
+    params = SamplingParams(temperature=0.0, max_tokens=40, ignore_eos=True)
+    for prompt in PROMPTS:
+        assert spec.generate(prompt, params)[0].outputs[0].token_ids == plain.generate(prompt, params)[0].outputs[0].token_ids
+    assert spec.stats.num_draft_tokens > 0
+    none = LLM(loaded=target, speculative_config={**config, "quantization": "none"}).new_proposer()
+    assert none.drafter is not proposer.drafter and none.drafter.int8_head is None
+
+
+@needs_kernel
+def test_mtp_sampling_distribution_matches_the_target_with_int8_block_weights(
+        zoo, tmp_path, small_prompt, exact_first_tokens):  # noqa: F811
+    target = zoo.load("small_vocab")
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=10, seed=2)
+    llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 3,
+                                                  "quantization": "w8a8_int8"})
+    assert llm.new_proposer().drafter.int8_head is not None
+    vocab = llm.model.vocab_size
+    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES["t1"])
+    joint12, p3 = exact_first_tokens["t1"]
+    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
+    assert chi_square_pvalue(pairs, joint12) > 1e-4
+    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
