@@ -23,11 +23,11 @@ from torch import nn
 
 from specdec.drafting.int8_weights import Int8Copies, shape_problems
 from specdec.drafting.vocab_map import DraftVocab, head_logits
-from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
 from specdec.models.architecture import Architecture
 from specdec.models.decoder import Decoder, DecoderLayer, apply_rope, norm_scale, rms_norm
 from specdec.models.fast_linear import linear
 from specdec.models.native import layer_state_dict, layer_to_hf
+from specdec.quantization.quantized_weight import QuantizedLinear, QuantizedWeight
 
 FULL = "full_attention"
 
