@@ -30,3 +30,15 @@ def sample_token_ids(llm, prompt: list[int], num_samples: int, max_tokens: int, 
     params = [SamplingParams(max_tokens=max_tokens, seed=seed, ignore_eos=True, **warp) for seed in range(num_samples)]
     outs = llm.generate([{"prompt_token_ids": prompt}] * num_samples, params)
     return np.array([o.outputs[0].token_ids for o in outs])
+
+
+def assert_first_tokens_follow_the_target(llm, prompt: list[int], num_samples: int, warp: dict,
+                                          exact: tuple[np.ndarray, np.ndarray], max_tokens: int = 3) -> None:
+    """Samples `num_samples` continuations (sample_token_ids) and checks the joint law of the first two tokens
+    and the law of the third against the target's exact ones (`exact`: the joint [V, V] and the third's [V])."""
+    vocab = llm.model.vocab_size
+    samples = sample_token_ids(llm, prompt, num_samples, max_tokens, **warp)
+    joint12, p3 = exact
+    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
+    assert chi_square_pvalue(pairs, joint12) > 1e-4
+    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4

@@ -17,7 +17,7 @@ from specdec.training.train_eagle3 import Eagle3TrainOptions, train_eagle3
 from specdec.training.trainer import TrainSettings, estimated_acceptance_length, split
 
 from eagle3_helpers import greedy_samples, make_random_eagle3
-from stat_helpers import chi_square_pvalue, sample_token_ids
+from stat_helpers import assert_first_tokens_follow_the_target
 from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
 
 PROMPTS = ["The quick brown fox", "Once upon a time, in a land", "def fibonacci(n):"]
@@ -270,12 +270,8 @@ def test_sampling_distribution_matches_the_target(zoo, small_prompt, exact_first
     if shape == "tree":
         config.update(tree_top_k=3, tree_num_draft_tokens=8)
     llm = LLM(loaded=zoo.load("small_vocab"), speculative_config=config)
-    vocab = llm.model.vocab_size
-    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES[case])
-    joint12, p3 = exact_first_tokens[case]
-    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
-    assert chi_square_pvalue(pairs, joint12) > 1e-4
-    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert_first_tokens_follow_the_target(llm, small_prompt, NUM_SAMPLES, SAMPLING_CASES[case],
+                                          exact_first_tokens[case])
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
     assert llm.stats.acceptance_rate < 0.95
 

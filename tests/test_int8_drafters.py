@@ -3,7 +3,6 @@ actually int8 and actually drafting, sampling unchanged, and clear about where i
 
 from __future__ import annotations
 
-import numpy as np
 import pytest
 from specdec import LLM, SamplingParams
 from specdec.drafting import int8_weights
@@ -11,7 +10,7 @@ from specdec.quantization.kernel import quant_kernel
 
 from eagle3_helpers import make_random_eagle3
 from mtp_helpers import make_random_mtp
-from stat_helpers import chi_square_pvalue, sample_token_ids
+from stat_helpers import assert_first_tokens_follow_the_target
 from test_engine import NUM_SAMPLES, SAMPLING_CASES, exact_first_tokens, small_prompt  # noqa: F401 (fixtures)
 
 needs_kernel = pytest.mark.skipif(quant_kernel() is None, reason="the CPU int8 kernels (AVX2 and a compiler)")
@@ -67,12 +66,8 @@ def test_sampling_distribution_matches_the_target_with_int8_drafter_weights(
         config.update(tree_top_k=3, tree_num_draft_tokens=8)
     llm = LLM(loaded=target, speculative_config=config)
     assert llm.new_proposer().drafter.int8 is not None
-    vocab = llm.model.vocab_size
-    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES[case])
-    joint12, p3 = exact_first_tokens[case]
-    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
-    assert chi_square_pvalue(pairs, joint12) > 1e-4
-    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert_first_tokens_follow_the_target(llm, small_prompt, NUM_SAMPLES, SAMPLING_CASES[case],
+                                          exact_first_tokens[case])
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
 
 
@@ -129,10 +124,6 @@ def test_mtp_sampling_distribution_matches_the_target_with_int8_block_weights(
     llm = LLM(loaded=target, speculative_config={"method": "mtp", "model": path, "num_speculative_tokens": 3,
                                                   "quantization": "w8a8_int8"})
     assert llm.new_proposer().drafter.int8_head is not None
-    vocab = llm.model.vocab_size
-    samples = sample_token_ids(llm, small_prompt, NUM_SAMPLES, 3, **SAMPLING_CASES["t1"])
-    joint12, p3 = exact_first_tokens["t1"]
-    pairs = np.bincount(samples[:, 0] * vocab + samples[:, 1], minlength=vocab * vocab)
-    assert chi_square_pvalue(pairs, joint12) > 1e-4
-    assert chi_square_pvalue(np.bincount(samples[:, 2], minlength=vocab), p3) > 1e-4
+    assert_first_tokens_follow_the_target(llm, small_prompt, NUM_SAMPLES, SAMPLING_CASES["t1"],
+                                          exact_first_tokens["t1"])
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens

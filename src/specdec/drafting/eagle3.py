@@ -21,7 +21,7 @@ from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter, ListedVisibility, draft_cache_dtype
-from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8
+from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8, with_int8_weights
 from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
@@ -71,11 +71,7 @@ class Eagle3Proposer(Proposer):
         int8 = uses_int8(options.quantization, target.device)
 
         def build() -> Eagle3Drafter:
-            drafter = load_eagle3(path, target)[0].ready_for(target)
-            # "auto" keeps bfloat16 where the shapes do not fit the int8 kernels; "w8a8_int8" says why
-            if int8 and (options.quantization == W8A8 or not drafter.int8_problems()):
-                drafter.use_int8_weights()
-            return drafter
+            return with_int8_weights(load_eagle3(path, target)[0].ready_for(target), options.quantization, int8)
 
         drafter = self.drafter = shared_drafter(target, "eagle3", path, build, variant=W8A8 if int8 else "")
         self.target_layers = tuple(drafter.config.aux_layer_ids)

@@ -11,6 +11,8 @@ since the target verifies every token.
 
 from __future__ import annotations
 
+from typing import Protocol, TypeVar
+
 import torch
 
 from specdec.quantization.kernel import quant_kernel, quant_kernel_isa
@@ -58,6 +60,22 @@ def shape_problems(in_features: list[int]) -> list[str]:
         return [f"int8 drafter weights need input sizes that are multiples of {BLOCK} (at most "
                 f"{MAX_W8A8_IN_FEATURES}); this drafter has {', '.join(map(str, bad))}"]
     return []
+
+
+class Int8Capable(Protocol):
+    def int8_problems(self) -> list[str]: ...
+    def use_int8_weights(self) -> object: ...
+
+
+D = TypeVar("D", bound=Int8Capable)
+
+
+def with_int8_weights(drafter: D, mode: str | None, int8: bool) -> D:
+    """The freshly loaded `drafter`, on int8 copies where `int8` (uses_int8's answer for `mode`): "auto" keeps
+    bfloat16 where its shapes do not fit the int8 kernels, "w8a8_int8" says why (use_int8_weights raises)."""
+    if int8 and (mode == W8A8 or not drafter.int8_problems()):
+        drafter.use_int8_weights()
+    return drafter
 
 
 class Int8Copies:

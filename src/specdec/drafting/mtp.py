@@ -26,7 +26,7 @@ from specdec.drafting.base import Draft, Proposer
 from specdec.drafting.confidence import keeps_drafting, threshold_problems
 from specdec.drafting.context_vocab import ContextVocab
 from specdec.drafting.drafter_format import shared_drafter
-from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8
+from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8, with_int8_weights
 from specdec.drafting.mtp_format import load_checkpoint_mtp, load_mtp
 from specdec.drafting.mtp_model import MTPDrafter
 from specdec.drafting.mtp_tree import draft_trees
@@ -209,11 +209,7 @@ class MTPProposer(Proposer):
             drafter = load_checkpoint_mtp(target) if path is None else load_mtp(path, target)[0]
             drafter = drafter.to(device=target.device, dtype=target.dtype).eval()
             drafter.attach_target(target.decoder)
-            drafter.prepare()
-            # "auto" keeps bfloat16 where the shapes do not fit the int8 kernels; "w8a8_int8" says why
-            if int8 and (options.quantization == W8A8 or not drafter.int8_problems()):
-                drafter.use_int8_weights()
-            return drafter
+            return with_int8_weights(drafter.prepare(), options.quantization, int8)
 
         self.drafter = shared_drafter(target, "mtp", path, build, variant=W8A8 if int8 else "")
         assert self.drafter._target is not None
