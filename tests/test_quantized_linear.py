@@ -86,8 +86,8 @@ def random_blocks(kind: str, n: int, k: int, seed: int = 0, sub: bool = False) -
         return BlockWeights("s8r", q, scales[:, :1].expand(-1, blocks).contiguous())
     if kind == "u4r":  # int4: integer a and c per group, one scale per column, x per row (tests/test_int4_linear.py)
         q = torch.randint(0, 16, (n, blocks, BLOCK), generator=g, dtype=torch.uint8)
-        ints = torch.stack([torch.randint(1, 256, (n, blocks), generator=g),
-                            torch.randint(-4080, 4081, (n, blocks), generator=g)], dim=-1).to(torch.int16)
+        ints = torch.stack([torch.randint(1, 17, (n, blocks), generator=g),
+                            torch.randint(-256, 257, (n, blocks), generator=g)], dim=-1).to(torch.int16)
         return BlockWeights("u4r", q, scales[:, :1].expand(-1, blocks).contiguous() * 0.01, sub_scales=ints)
     if kind == "s8":
         q = torch.randint(-127, 128, (n, blocks, BLOCK), generator=g, dtype=torch.int8)

@@ -4,7 +4,7 @@ Each reads weights packed in tiles of its own width (quantized_weight.pack_tiles
 
   amx_int8     the VNNI source built with SPECDEC_AMX_INT8: calls of 16 rows or more (32 for u4) run their
                whole 16-row tiles on AMX-INT8 (kernels/amx_int8_quant_tiles.h), the rest on the VNNI loop;
-               w8a8_int8 (s8r) every call and int4 (u4r) calls of 9 rows or more run on AMX (the
+               w8a8_int8 (s8r) every call and int4 (u4r) calls of 6 rows or more run on AMX (the
                avx512_*_rows.h headers); the same tiles and bits
   avx512_vnni  kernels/avx512_vnni_quant_linear.cpp, tiles of 16 columns (vpdpbusd; AVX512 F/BW/VL + VNNI)
   avx2         kernels/avx2_quant_linear.cpp, tiles of 8 columns

@@ -7,6 +7,7 @@ from torch import nn
 
 from specdec.quantization.kernel import quant_kernel, quant_kernel_isa, quant_tile_width
 from specdec.quantization.reference import BLOCK, BlockWeights, reference_linear
+from specdec.quantization.weight_quantizers import INT4_LEVELS
 
 
 def _tiled(t: torch.Tensor, width: int) -> torch.Tensor:
@@ -123,6 +124,11 @@ class QuantizedWeight:
         n = blocks.q.shape[0]
         if blocks.q.shape[1] * BLOCK != in_features:
             raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
+        if blocks.kind == "u4r":  # the AMX kernel multiplies a * q as one unsigned byte
+            a = blocks.sub_scales[..., 0]
+            if a.numel() and not (int(a.min()) >= 0 and int(a.max()) <= INT4_LEVELS):
+                raise ValueError(f"int4 (u4r): each group's multiplier a must be in 0..{INT4_LEVELS}, got "
+                                 f"{int(a.min())}..{int(a.max())}")
         self.blocks, self.in_features, self.out_features, self.format = blocks, in_features, n, format
         self.kind = blocks.kind
         self._width = quant_tile_width()  # the layout of the build that runs here

@@ -9,12 +9,12 @@
 // (sxq: the block's sum of qx), so any way of computing the integer gives the same bits:
 //   - VNNI (few rows, memory-bound): per block, vpdpbusd sums q . qx (q unsigned, qx signed), then a * that in
 //     int32; per pair of blocks one vpdpwssd adds -c . (sxq_b, sxq_b+1) for 16 columns.
-//   - AMX-INT8 (from kAmxFrom rows): a <= 255 is split into nibbles, a = 16 ah + al, and each column tile's
-//     weights are unpacked once per call into two B operands, ah * q and al * q (<= 225: unsigned bytes), so
-//     that TDPBSUD accumulates 16 rows' sums over all of k in two C tiles; isum = 16 C_hi + C_lo, then the
-//     same vpdpwssd for c. The unpacking (about 0.2 ops a weight, bound by vpmullw's one port) is paid once
-//     for every row of the call: 16 rows cost 2.3x one on the LM head, 2.5x on the layers (the former float
-//     chain per group 3.9x and 4.5x; docs/quantization-runs.md).
+//   - AMX-INT8 (from kAmxFrom rows): each column tile's weights are unpacked once per call into a B operand
+//     of unsigned bytes a * q (a <= 16, quantize_int4's INT4_LEVELS, so a * q <= 240; QuantizedWeight refuses
+//     larger a), which TDPBSUD multiplies with 16 rows at a time, summing over all of k in a C tile; then the
+//     same vpdpwssd for c. The unpacking is paid once for every row of the call: 16 rows cost about 2.0x one
+//     on the LM head and on the layers (a float chain per group, before integer a, cost 3.9x and 4.5x;
+//     docs/quantization-runs.md).
 // Bounds: weight_quantizers.int4_levels keeps |sum of (a q - c) qx| and every partial sum below 2^31.
 // Layout: quants as kind 1 (u4: [tiles][blocks][4][16][4], the high nibbles groups 4-7), scales one per
 // column [tiles][16], mins empty or x's per-channel multipliers [K] (SmoothQuant), sub_scales int16
@@ -110,11 +110,11 @@ void tile_rows_vnni(const uint8_t* w, const int16_t* ints, const S* s, const Row
 #pragma GCC target("amx-tile,amx-int8")
 
 // Rows from which a call runs on AMX: below, the VNNI loop's per-row work costs less than unpacking every
-// weight into the two B operands. Measured on a 2-core Xeon (ms, the LM head's argmax + the 18 layers'
-// linears, VNNI / AMX): 8 rows 4.1 + 3.4 / 4.6 + 3.5, 10 rows 5.4 + 4.5 / 3.8 + 3.6, 16 rows 8.3 + 6.2 /
-// 4.3 + 4.0.
+// weight into the B operand. Measured on a 2-core Xeon (ms, the LM head + the 18 layers' linears, VNNI / AMX):
+// 5 rows 2.80 + 2.91 / 2.85 + 3.24, 6 rows 3.39 + 3.21 / 2.88 + 3.24, 8 rows 4.24 + 3.88 / 2.96 + 3.45, 16 rows
+// 7.58 + 6.60 / 3.44 + 4.15.
 #ifndef U4R_AMX_FROM
-#define U4R_AMX_FROM 9
+#define U4R_AMX_FROM 6
 #endif
 constexpr int64_t kAmxFrom = U4R_AMX_FROM;
 
@@ -123,82 +123,68 @@ inline bool amx_rows(int64_t m_size, int64_t k_size) {
   return m_size >= kAmxFrom && k_size % 64 == 0 && specdec_amx::amx_permitted();
 }
 
-// One column tile's weights, blocks [b0, b1), as the two B operands ah * q and al * q ([blocks][8 groups][16
-// columns][4] bytes each; two consecutive blocks are one B tile). vpmullw on 16-bit lanes: unpacklo / unpackhi
-// take columns 4L, 4L + 1 / 4L + 2, 4L + 3 of each 128-bit lane L (4 bytes a column), a's nibbles are spread
-// to match (vpermw), and vpackuswb puts the bytes back in place.
-inline void b_operands(const uint8_t* w, const int16_t* ints, int64_t b0, int64_t b1, uint8_t* hi, uint8_t* lo) {
-  alignas(64) static const int16_t kLowCols[32] = {0, 0, 0, 0, 1, 1, 1, 1, 4, 4, 4, 4, 5, 5, 5, 5,
-                                                   8, 8, 8, 8, 9, 9, 9, 9, 12, 12, 12, 12, 13, 13, 13, 13};
-  const __m512i low_cols = _mm512_load_si512(kLowCols), high_cols = _mm512_add_epi16(low_cols, _mm512_set1_epi16(2));
-  const __m512i zero = _mm512_setzero_si512(), nibble = _mm512_set1_epi16(15);
+// One column tile's weights, blocks [b0, b1), as the B operand a * q ([blocks][8 groups][16 columns][4] bytes;
+// two consecutive blocks are one B tile): a 16-bit multiply of a column's two bytes by its a gives both
+// products at once, as a * q <= 240 never carries into the next byte. (With a up to 255, split into nibbles
+// for two B operands, unpacking took six instructions a vector instead of one, and a 16-row call cost 2.3x
+// one on the LM head instead of 2.0x.)
+inline void b_operand(const uint8_t* w, const int16_t* ints, int64_t b0, int64_t b1, uint8_t* bq) {
   for (int64_t b = b0; b < b1; ++b) {
     const uint8_t* wb = w + b * kTile * kBlock / 2;
     for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb) + 2048 + 64 * l, _MM_HINT_T0);
     __m512i wv[8];
     unpack_nibbles(wb, wv);
-    const __m512i av = _mm512_castsi256_si512(
+    const __m512i a32 = _mm512_cvtepu16_epi32(
         _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ints + (b / 2) * kIntsPerPair + 32 + 16 * (b & 1))));
-    const __m512i ah = _mm512_srli_epi16(av, 4), al = _mm512_and_si512(av, nibble);
-    const __m512i ah_lo = _mm512_permutexvar_epi16(low_cols, ah), ah_hi = _mm512_permutexvar_epi16(high_cols, ah);
-    const __m512i al_lo = _mm512_permutexvar_epi16(low_cols, al), al_hi = _mm512_permutexvar_epi16(high_cols, al);
-    for (int g = 0; g < 8; ++g) {
-      const __m512i ql = _mm512_unpacklo_epi8(wv[g], zero), qh = _mm512_unpackhi_epi8(wv[g], zero);
-      _mm512_store_si512(hi + b * 512 + g * 64,
-                         _mm512_packus_epi16(_mm512_mullo_epi16(ql, ah_lo), _mm512_mullo_epi16(qh, ah_hi)));
-      _mm512_store_si512(lo + b * 512 + g * 64,
-                         _mm512_packus_epi16(_mm512_mullo_epi16(ql, al_lo), _mm512_mullo_epi16(qh, al_hi)));
-    }
+    const __m512i aw = _mm512_or_si512(a32, _mm512_slli_epi32(a32, 16));  // a in both 16-bit halves of lane c
+    for (int g = 0; g < 8; ++g) _mm512_store_si512(bq + b * 512 + g * 64, _mm512_mullo_epi16(wv[g], aw));
   }
 }
 
-// Row tiles tile0 and (n == 2) tile0 + 1 against one column tile's B operands: tiles 0 / 1 take the first
-// row tile's high / low sums, 2 / 3 the second's, 4 / 5 are B (high, low), 6 / 7 A. Then per row 16 C_hi + C_lo,
-// the offsets' vpdpwssd per pair of blocks, and the outputs. With `w` (the first pass over a column tile), each
-// 64 k of B is unpacked just before its tile multiplies, so that the vector unit unpacks the next while the
-// tile unit multiplies (unpacking the whole tile first, then multiplying, cost the sum of both).
+// Row tiles tile0 and (n == 2) tile0 + 1 against one column tile's B operand: tiles 0 / 1 take their sums, 4
+// is B, 6 / 7 A. Then per row the offsets' vpdpwssd per pair of blocks, and the outputs. With `w` (the first
+// pass over a column tile), each 64 k of B is unpacked just before its tile multiplies, so that the vector
+// unit unpacks the next while the tile unit multiplies (unpacking the whole tile first, then multiplying,
+// cost the sum of both). (Alternating two sets of sum tiles, so that consecutive products do not wait on each
+// other, made 16 rows twice as slow here.)
 template <typename S>
-void tile_rows_amx(const uint8_t* w, uint8_t* bhi, uint8_t* blo, const int16_t* ints, const S* s, const RowActivations& a,
+void tile_rows_amx(const uint8_t* w, uint8_t* bq, const int16_t* ints, const S* s, const RowActivations& a,
                    const int32_t* sxp, int64_t tile0, int64_t n, const specdec_quant::OutputRows& y, int64_t col0) {
   const int64_t steps = a.k / 64, lda = a.k, pairs = pairs_of(a.k);
   const int8_t* x0 = a.q.data() + tile0 * 16 * lda;
   _tile_zero(0);
   _tile_zero(1);
-  _tile_zero(2);
-  _tile_zero(3);
   for (int64_t kk = 0; kk < steps; ++kk) {
-    if (w != nullptr) b_operands(w, ints, 2 * kk, 2 * kk + 2, bhi, blo);
-    _tile_loadd(4, bhi + kk * 1024, 64);
-    _tile_loadd(5, blo + kk * 1024, 64);
+    if (w != nullptr) b_operand(w, ints, 2 * kk, 2 * kk + 2, bq);
+    _tile_loadd(4, bq + kk * 1024, 64);
     _tile_loadd(6, x0 + kk * 64, lda);
     _tile_dpbsud(0, 6, 4);
-    _tile_dpbsud(1, 6, 5);
     if (n > 1) {
       _tile_loadd(7, x0 + 16 * lda + kk * 64, lda);
-      _tile_dpbsud(2, 7, 4);
-      _tile_dpbsud(3, 7, 5);
+      _tile_dpbsud(1, 7, 4);
     }
   }
-  alignas(64) int32_t c[4][256];
+  alignas(64) int32_t c[2][256];
   alignas(64) float out[16];
   _tile_stored(0, c[0], 64);
-  _tile_stored(1, c[1], 64);
-  if (n > 1) {
-    _tile_stored(2, c[2], 64);
-    _tile_stored(3, c[3], 64);
-  }
+  if (n > 1) _tile_stored(1, c[1], 64);
   const __m512 sv = load_scales(s);
-  for (int64_t j = 0; j < n; ++j)
-    for (int64_t r = 0; r < 16; ++r) {
-      const int64_t row = (tile0 + j) * 16 + r;
-      if (row >= a.m) break;
-      __m512i t = _mm512_add_epi32(_mm512_slli_epi32(_mm512_load_si512(c[2 * j] + 16 * r), 4),
-                                   _mm512_load_si512(c[2 * j + 1] + 16 * r));
-      for (int64_t p = 0; p < pairs; ++p)
-        t = _mm512_dpwssd_epi32(t, load(ints + p * kIntsPerPair), _mm512_set1_epi32(sxp[row * pairs + p]));
-      _mm512_store_ps(out, outputs(t, sv, a.dx[row]));
-      y.store(row, col0, out, kTile);
+  for (int64_t j = 0; j < n; ++j) {
+    // the row tile's 16 sums in registers, the offsets added pair by pair: each pair's -c loaded once for 16
+    // rows, each row's word broadcast from memory into the vpdpwssd (rows past m read sxp's zero padding)
+    const int64_t row0 = (tile0 + j) * 16;
+    __m512i t[16];
+    for (int r = 0; r < 16; ++r) t[r] = _mm512_load_si512(c[j] + 16 * r);
+    for (int64_t p = 0; p < pairs; ++p) {
+      const __m512i neg_c = load(ints + p * kIntsPerPair);
+      const int32_t* sx = sxp + row0 * pairs + p;
+      for (int r = 0; r < 16; ++r) t[r] = _mm512_dpwssd_epi32(t[r], neg_c, _mm512_set1_epi32(sx[r * pairs]));
     }
+    for (int r = 0; r < 16 && row0 + r < a.m; ++r) {
+      _mm512_store_ps(out, outputs(t[r], sv, a.dx[row0 + r]));
+      y.store(row0 + r, col0, out, kTile);
+    }
+  }
 }
 
 #pragma GCC pop_options
@@ -215,7 +201,7 @@ void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, 
   specdec_w8a8::shape_rows(m_size, k_size, a);
   const int64_t pairs = pairs_of(k_size);
   std::vector<int32_t>& sxp = reused_sums;
-  sxp.assign(m_size * pairs, 0);
+  sxp.assign(a.rows_padded * pairs, 0);  // zero past m: the AMX path's last row tile reads 16 rows
   const int64_t tiles = quants.size(0), blocks = k_size / kBlock, tile_bytes = blocks * kTile * kBlock / 2;
   const int64_t tile_ints = pairs * kIntsPerPair;
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
@@ -230,15 +216,14 @@ void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, 
     const int64_t row_tiles = a.rows_padded / 16;
 #pragma omp parallel num_threads(at::get_num_threads())
     {
-      static thread_local std::vector<uint8_t> scratch;  // this thread's two B operands
-      scratch.resize(2 * k_size * kTile + 64);
-      uint8_t* bhi = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
-      uint8_t* blo = bhi + k_size * kTile;
+      static thread_local std::vector<uint8_t> scratch;  // this thread's B operand
+      scratch.resize(k_size * kTile + 64);
+      uint8_t* bq = reinterpret_cast<uint8_t*>((reinterpret_cast<uintptr_t>(scratch.data()) + 63) & ~uintptr_t(63));
       specdec_amx::ThreadTiles tile_state(specdec_amx::bf16_tile_config());
 #pragma omp for schedule(static)
       for (int64_t t = 0; t < tiles; ++t)
         for (int64_t g = 0; g < row_tiles; g += 2)  // the first pass unpacks the weights, the others reuse them
-          tile_rows_amx(g == 0 ? qp + t * tile_bytes : nullptr, bhi, blo, ints + t * tile_ints, sp + t * kTile, a,
+          tile_rows_amx(g == 0 ? qp + t * tile_bytes : nullptr, bq, ints + t * tile_ints, sp + t * kTile, a,
                         sxp.data(), g, std::min<int64_t>(2, row_tiles - g), y, t * kTile);
     }
     return;
