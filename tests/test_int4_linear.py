@@ -87,6 +87,8 @@ def test_a_multiplier_beyond_the_levels_is_refused():
     b = BlockWeights("u4r", torch.zeros(16, 2, BLOCK, dtype=torch.uint8), torch.ones(16, 2), sub_scales=ints)
     with pytest.raises(ValueError, match="0..16"):
         QuantizedWeight(b, 2 * BLOCK, "int4")
+    with pytest.raises(ValueError, match="sub_scales"):
+        QuantizedWeight(BlockWeights("u4r", b.q, b.scales), 2 * BLOCK, "int4")
 
 
 def test_threads_and_the_argmax_keep_the_bits(build):

@@ -125,6 +125,8 @@ class QuantizedWeight:
         if blocks.q.shape[1] * BLOCK != in_features:
             raise ValueError(f"in_features {in_features} is not {blocks.q.shape[1]} blocks of {BLOCK}")
         if blocks.kind == "u4r":  # the AMX kernel multiplies a * q as one unsigned byte
+            if blocks.sub_scales is None:
+                raise ValueError("int4 (u4r) needs sub_scales: each group's multiplier a and offset c")
             a = blocks.sub_scales[..., 0]
             if a.numel() and not (int(a.min()) >= 0 and int(a.max()) <= INT4_LEVELS):
                 raise ValueError(f"int4 (u4r): each group's multiplier a must be in 0..{INT4_LEVELS}, got "
