@@ -10,7 +10,6 @@ minute to minute, only such interleaved timings compare two kernels.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import statistics
 import subprocess
 import tarfile
@@ -21,8 +20,9 @@ from pathlib import Path
 
 import torch
 
+from quant_kernel_rows import LAYER_SHAPES  # the default model's layer linears, as the rows table times them
+
 KERNELS = Path("src/specdec/models/kernels")
-LAYER_SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))
 
 
 def kernels_at(rev: str, into: Path) -> Path:
@@ -33,17 +33,16 @@ def kernels_at(rev: str, into: Path) -> Path:
     return into / KERNELS
 
 
-def build(folder: Path, tag: str):
+def build(folder: Path):
     """The AMX-INT8 quant kernel built from `folder` (named by its contents' hash, so builds never mix)."""
-    from torch.utils.cpp_extension import load
-
+    from specdec.models.fast_linear import load_extension
     from specdec.quantization import kernel as kq
 
     name, source, _, _, extra = kq.QUANT_BUILDS["amx_int8"]
-    files = [folder / source] + sorted(folder.glob("*.h"))
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in files)).hexdigest()[:10]
-    return load(name=f"{name}_{tag}_{digest}", sources=[str(folder / source)],
-                extra_cflags=kq._AVX2_FLAGS + list(extra), extra_ldflags=["-fopenmp"])
+    module = load_extension(name, [source], kq._AVX2_FLAGS + list(extra), f"the quant kernel in {folder}", folder)
+    if module is None:
+        raise SystemExit(f"could not build the AMX-INT8 quant kernel from {folder}")
+    return module
 
 
 def main() -> None:
@@ -59,7 +58,7 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(args.before) if Path(args.before).is_dir() else kernels_at(args.before, Path(tmp))
-        modules = [build(before, "before"), build(KERNELS, "after")]
+        modules = [build(before), build(KERNELS)]
     g = torch.Generator().manual_seed(0)
     head = QuantizedWeight(quantize_int4(torch.randn(262144, 640, generator=g) * 0.05), 640, "int4")
     layers = [QuantizedWeight(quantize_int4(torch.randn(n, k, generator=g) * 0.05), k, "int4") for n, k in LAYER_SHAPES]

@@ -111,9 +111,11 @@ def kernel() -> Any | None:
     return _built()[1]
 
 
-def load_extension(name: str, sources: list[str], cflags: list[str], what: str) -> Any | None:
-    """Builds (once, cached by torch) and loads a C++ extension from kernels/; None when it cannot be built
-    (no compiler, no ninja, ...): callers then take their exact but slower torch path."""
+def load_extension(name: str, sources: list[str], cflags: list[str], what: str,
+                   folder: Path | None = None) -> Any | None:
+    """Builds (once, cached by torch) and loads a C++ extension from kernels/ (or `folder`: another commit's
+    kernels, scripts/quant_kernel_ab.py); None when it cannot be built (no compiler, no ninja, ...): callers
+    then take their exact but slower torch path."""
     try:
         from torch.utils.cpp_extension import load
 
@@ -122,7 +124,7 @@ def load_extension(name: str, sources: list[str], cflags: list[str], what: str) 
         bin_dir = str(Path(sys.executable).parent)
         if bin_dir not in os.environ.get("PATH", "").split(os.pathsep):
             os.environ["PATH"] = bin_dir + os.pathsep + os.environ.get("PATH", "")
-        folder = Path(__file__).with_name("kernels")
+        folder = folder or Path(__file__).with_name("kernels")
         # the sources' and headers' hash in the name: two checkouts (or versions) never load each other's build
         files = [folder / s for s in sources] + sorted(folder.glob("*.h"))
         digest = hashlib.sha256(b"".join(f.read_bytes() for f in files) + " ".join(cflags).encode())

@@ -108,9 +108,9 @@ def _integer_groups(w: torch.Tensor, refinements: int, levels: int) -> tuple[tor
     best = None
     # a rounded down clips the group's ends, rounded up coarsens its grid: each group keeps the one that fits
     # it better (with a <= 16, rounding to nearest alone clipped up to a third of a small group's range)
+    c0 = torch.round(fit.mins / s[:, None]).clamp_(-16 * levels, 16 * levels)
     for a in (ideal.floor().clamp(1, levels), ideal.ceil().clamp(1, levels)):
-        c = torch.round(fit.mins / s[:, None]).clamp_(-16 * levels, 16 * levels)
-        q = torch.round((x + c[..., None]) / a[..., None]).clamp_(0, 15)
+        q = torch.round((x + c0[..., None]) / a[..., None]).clamp_(0, 15)
         # the offset that best fits the rounded q (least squares over the group, rounded), then q again
         c = torch.round((a[..., None] * q - x).mean(-1)).clamp_(-16 * levels, 16 * levels)
         q = torch.round((x + c[..., None]) / a[..., None]).clamp_(0, 15)
