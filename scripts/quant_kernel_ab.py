@@ -1,5 +1,5 @@
-"""Before/after of the quantized-linear kernel in one process: the AMX-INT8 build from another commit's
-kernels (or folder) and from this checkout, called in turn on the same int4 weights and inputs (the default
+"""Before/after of the quantized-linear kernel in one process: one build (by default this CPU's best, e.g. the
+AMX-INT8 one) from another commit's kernels (or folder) and from this checkout, called in turn on the same int4 weights and inputs (the default
 model's LM head, 262144 x 640, and the 18 layers' four linears), the median of 7 alternated timings per
 cell, and whether both builds give the same bits. On a machine whose speed drifts by tens of percent from
 minute to minute, only such interleaved timings compare two kernels.
@@ -33,15 +33,15 @@ def kernels_at(rev: str, into: Path) -> Path:
     return into / KERNELS
 
 
-def build(folder: Path):
-    """The AMX-INT8 quant kernel built from `folder` (named by its contents' hash, so builds never mix)."""
+def build(folder: Path, isa: str):
+    """The quant kernel's `isa` build from `folder` (named by its contents' hash, so builds never mix)."""
     from specdec.models.fast_linear import load_extension
     from specdec.quantization import kernel as kq
 
-    name, source, _, _, extra = kq.QUANT_BUILDS["amx_int8"]
+    name, source, _, _, extra = kq.QUANT_BUILDS[isa]
     module = load_extension(name, [source], kq._AVX2_FLAGS + list(extra), f"the quant kernel in {folder}", folder)
     if module is None:
-        raise SystemExit(f"could not build the AMX-INT8 quant kernel from {folder}")
+        raise SystemExit(f"could not build the {isa} quant kernel from {folder}")
     return module
 
 
@@ -50,15 +50,21 @@ def main() -> None:
     ap.add_argument("--before", required=True, help="a commit (its kernels folder) or a kernels folder")
     ap.add_argument("--rows", default="1,8,16,32", help="comma-separated row counts")
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--isa", default=None, help="the build to compare (amx_int8, avx512_vnni, avx2); by default "
+                    "this CPU's best, the one whose tile width the weights are packed for")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
+    from specdec.quantization.kernel import quant_isas
     from specdec.quantization.quantized_weight import QuantizedWeight
     from specdec.quantization.weight_quantizers import quantize_int4
 
+    isa = args.isa or quant_isas()[0]
+    print(f"build: {isa}")
+
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(args.before) if Path(args.before).is_dir() else kernels_at(args.before, Path(tmp))
-        modules = [build(before), build(KERNELS)]
+        modules = [build(before, isa), build(KERNELS, isa)]
     g = torch.Generator().manual_seed(0)
     head = QuantizedWeight(quantize_int4(torch.randn(262144, 640, generator=g) * 0.05), 640, "int4")
     layers = [QuantizedWeight(quantize_int4(torch.randn(n, k, generator=g) * 0.05), k, "int4") for n, k in LAYER_SHAPES]

@@ -122,7 +122,7 @@ void tile_u4r(const uint8_t* w, const int16_t* ints, const S* s, const RowQuant&
               const specdec_quant::OutputRows& y, int64_t col) {
   __m256i acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
-  const __m256i ones = _mm256_set1_epi16(1), low4 = _mm256_set1_epi8(0x0F);
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
   for (int64_t b = 0; b < a.blocks; ++b) {
     const uint8_t* wb = w + b * kTile * kBlock / 2;
     for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + 1024 + 64 * l), _MM_HINT_T0);
@@ -133,7 +133,11 @@ void tile_u4r(const uint8_t* w, const int16_t* ints, const S* s, const RowQuant&
       wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
     }
     const int16_t* ip = ints + (b / 2) * kIntsPerPair;
-    const __m256i av = _mm256_cvtepi16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 16 + 8 * (b & 1))));
+    // column c's a in both int16 halves of lane c: madd(sum16, a_pair) = a * (lo + hi), the same int32 as
+    // a * madd(sum16, ones) (exact for any int16 a: 32768 * 30480 * 2 < 2^31) without a vpmulld, whose two
+    // uops take the multiply pipe that the maddubs keep busy
+    const __m256i a32 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 16 + 8 * (b & 1))));
+    const __m256i a_pair = _mm256_or_si256(a32, _mm256_slli_epi32(a32, 16));
     const bool pair_end = (b & 1) || b + 1 == a.blocks;
     const __m256i neg_c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ip));
     for (int r = 0; r < R; ++r) {
@@ -145,7 +149,7 @@ void tile_u4r(const uint8_t* w, const int16_t* ints, const S* s, const RowQuant&
         std::memcpy(&xg, xq + 4 * g, 4);
         sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(wv[g], _mm256_set1_epi32(xg)));
       }
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_mullo_epi32(av, _mm256_madd_epi16(sum16, ones)));
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(sum16, a_pair));
       if (pair_end) {  // -c_b sxq_b - c_b+1 sxq_b+1 per column (|sxq| <= 32 * 127 fits int16)
         const int32_t lo = a.sums[m * a.blocks + (b & ~int64_t{1})];
         const int32_t hi = (b & 1) ? a.sums[m * a.blocks + b] : 0;
