@@ -22,6 +22,7 @@ from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
 from specdec.models.gated_activation import gated_activation
+from specdec.models.column_screen import column_screen, screened_max
 from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax, head_screen
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
@@ -429,11 +430,16 @@ class Decoder(nn.Module):
     def head_max(self, hidden: torch.Tensor, columns: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
         """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over
         logits(hidden, columns) and the logit there, where a quantized head's kernel finds them in its pass
-        without writing the logits (no softcap); else None. A plain decode step of the `int4` default model
-        spent 3.4 ms in its head writing the logits and finding their argmax."""
-        if self.quantized_head is None or self.arch.final_logit_softcap:
+        without writing the logits, or a dense bf16 head's int8 copy rules out all but a few columns
+        (column_screen.py: one or two rows, without AMX); no softcap; else None. A plain decode step of the
+        `int4` default model spent 3.4 ms in its head writing the logits and finding their argmax."""
+        if self.arch.final_logit_softcap:
             return None
-        return self.quantized_head.max_columns(hidden, columns)
+        if self.quantized_head is not None:
+            return self.quantized_head.max_columns(hidden, columns)
+        if self.packed_head is not None:
+            return None
+        return screened_max(hidden, self.head_weight(), columns, self.logits)
 
     @property
     def screens_head(self) -> bool:
@@ -543,7 +549,10 @@ class Decoder(nn.Module):
         elif self.packed_head is None or not self.packed_head.packs(head):  # loading prepares twice: pack once
             self.packed_head = PackedHead.build(head)
         if self.quantized_head is None and self.packed_head is None and not self.arch.final_logit_softcap:
-            head_screen(head)  # greedy_tokens' int8 screen, made at load rather than in the first step
+            # the greedy head's int8 copy (AMX's for greedy_tokens, else head_max's), made at load rather than
+            # in the first step
+            if head_screen(head) is None:
+                column_screen(head)
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self
 

@@ -47,11 +47,11 @@ def _cpu_flags() -> frozenset[str]:
 
 
 # ISA -> (extension name, sources, compiler flags); the names differ so the builds never share torch's cache
-# attention and the rows' argmax: AVX2 in every build
+# attention, the rows' argmax and the greedy head's AVX2 screen: AVX2 in every build
 _AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp", "avx2_rows_argmax.cpp",
                 "avx2_rms_norm.cpp", "avx2_gated_act.cpp", "avx2_softmax.cpp",
                 "avx2_rope.cpp", "avx2_draft_attention.cpp", "avx2_decoder_layer.cpp",
-                "avx2_draft_layer.cpp"]
+                "avx2_draft_layer.cpp", "avx2_screened_columns.cpp"]
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2

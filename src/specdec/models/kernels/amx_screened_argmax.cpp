@@ -9,13 +9,8 @@
 // the head's own tile multiplies (amx_tiles.h's block_tiles), and the first maximum among them, in column
 // order, is rows_argmax_linear's answer bit for bit: its first maximum is always among them.
 //
-// The estimate and its bound, for column j and row h. At packing, w_j ~ s_j q_j with q_j int8 and
-// d_j = max |w_j - s_j q_j|. Per call, h ~ s_h (a + b / 254) with a, b int8 (two passes: hidden rows have
-// outliers, and one int8 would leave each element up to s_h / 2 off) and e_h = max |h - s_h (a + b / 254)|.
-// The dots a . q_j and b . q_j are exact (TDPBSSD, int32), and
-//   |h . w_j - s_j s_h (a . q_j + b . q_j / 254)| <= |h|_1 d_j + e_h s_j |q_j|_1,
-// plus (K + 32) float32 roundings of |h|_1 max |w_j| for the head's own float32 accumulation and the
-// estimate's arithmetic. Rows with non-finite values, or large enough to overflow, go to rows_argmax_linear.
+// The estimate and its bound: int8_head_bound.h. Rows with non-finite values, or large enough to overflow,
+// go to rows_argmax_linear.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -32,6 +27,7 @@
 
 #include "amx_tiles.h"
 #include "avx2_bf16.h"
+#include "int8_head_bound.h"
 
 at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
 
@@ -46,12 +42,7 @@ constexpr int64_t kQTileK = 64;  // int8 per tile row
 // Blocks of 16 columns per chunk: each m tile sweeps a chunk in turn, so the weights come from memory once
 // (for the first) and from L2 after (640 KB), and the x tiles of one m tile (20 KB) stay in L1.
 constexpr int64_t kChunkBlocks = 64;
-constexpr double kRound = 5.9604644775390625e-08;  // 2^-24: a float32 rounding
-constexpr double kSlack = 1.0 + 1e-5;  // the per-row factors rounded up
-// Denormal products and sums flushed to zero by the tile multiplies: far below any logit a bound separates.
-constexpr float kTiny = 1e-30f;
-// Weights larger than this are not screened: with |h|_1 <= 1e30 no logit can then overflow float32.
-constexpr double kLargestWeight = 1e6;
+using specdec_screen::kTiny;
 
 // A column that may be its row's argmax: its upper bound was at least the row's best lower bound so far.
 struct Candidate {
@@ -114,27 +105,8 @@ std::vector<at::Tensor> amx_int8_head(at::Tensor w) {
   float *sp = scale.data_ptr<float>(), *c1p = c1.data_ptr<float>(), *c2p = c2.data_ptr<float>();
   bool finite = true;
   at::parallel_for(0, v_size, 256, [&](int64_t j0, int64_t j1) {
-    for (int64_t j = j0; j < j1; ++j) {
-      const uint16_t* row = wr + j * k_size;
-      double top = 0.0;
-      for (int64_t k = 0; k < k_size; ++k) top = std::max(top, std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k]))));
-      if (!std::isfinite(top) || top > kLargestWeight) {
-        finite = false;
-        continue;
-      }
-      const float s = static_cast<float>(top / 127.0);
-      double d = 0.0, sum = 0.0;
-      for (int64_t k = 0; k < k_size; ++k) {
-        const double x = specdec_bf16::bf16_to_float(row[k]);
-        const double qk = s > 0 ? std::clamp(std::nearbyint(x / s), -127.0, 127.0) : 0.0;
-        qp[j * kp + k] = static_cast<int8_t>(qk);
-        d = std::max(d, std::fabs(x - static_cast<double>(s) * qk));
-        sum += std::fabs(qk);
-      }
-      sp[j] = s;
-      c1p[j] = static_cast<float>((d + (k_size + 32) * kRound * top) * kSlack);
-      c2p[j] = static_cast<float>(static_cast<double>(s) * sum * kSlack);
-    }
+    for (int64_t j = j0; j < j1; ++j)
+      if (!specdec_screen::column_copy(wr + j * k_size, k_size, qp + j * kp, 1, sp[j], c1p[j], c2p[j])) finite = false;
   });
   if (!finite) return {};
   return {q, scale, c1, c2};
@@ -167,29 +139,14 @@ std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor 
   RowFactors f{std::vector<float>(m_tiles * kTileM, 0.0f), std::vector<float>(m_tiles * kTileM, 0.0f),
                std::vector<float>(m_tiles * kTileM, 0.0f), std::vector<float>(m_tiles * kTileM, 0.0f)};
   for (int64_t m = 0; m < m_size; ++m) {
-    const uint16_t* row = xr + m * k_size;
-    double top = 0.0, l1 = 0.0;
-    for (int64_t k = 0; k < k_size; ++k) {
-      const double h = std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k])));
-      top = std::max(top, h);
-      l1 += h;
-    }
+    specdec_screen::RowFactor r;
     // non-finite, or near enough to float32's range that a logit could overflow: the exact kernel decides
-    if (!std::isfinite(l1) || l1 > 1e30) return {rows_argmax_linear(x, w), counts.fill_(v_size)};
-    const double s = top / 127.0;
-    double err = 0.0;
-    for (int64_t k = 0; k < k_size && s > 0; ++k) {
-      const double h = specdec_bf16::bf16_to_float(row[k]);
-      const double hi = std::clamp(std::nearbyint(h / s), -127.0, 127.0);
-      const double lo = std::clamp(std::nearbyint((h / s - hi) * 254.0), -127.0, 127.0);
-      a[m * kp + k] = static_cast<int8_t>(hi);
-      b[m * kp + k] = static_cast<int8_t>(lo);
-      err = std::max(err, std::fabs(h - s * (hi + lo / 254.0)));
-    }
-    f.alpha[m] = static_cast<float>(s);
-    f.beta[m] = static_cast<float>(s / 254.0);
-    f.l1[m] = static_cast<float>(l1 * kSlack);
-    f.err[m] = static_cast<float>(err * kSlack);
+    if (!specdec_screen::row_passes(xr + m * k_size, k_size, a.data() + m * kp, b.data() + m * kp, r))
+      return {rows_argmax_linear(x, w), counts.fill_(v_size)};
+    f.alpha[m] = r.alpha;
+    f.beta[m] = r.beta;
+    f.l1[m] = r.l1;
+    f.err[m] = r.err;
   }
   std::vector<int8_t> xb(static_cast<size_t>(m_tiles * 2 * k_tiles * 1024), 0);
   pack_rows(a, m_size, kp, k_tiles, 0, xb);

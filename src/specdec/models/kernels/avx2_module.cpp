@@ -23,6 +23,9 @@ at::Tensor packed_rows_linear(at::Tensor x, at::Tensor packed, int64_t n_size, i
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
 at::Tensor rows_argmax(at::Tensor x);
+std::vector<at::Tensor> int8_head_tiles(at::Tensor w);
+std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1, at::Tensor c2,
+                                         int64_t start, int64_t stop);
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor softmax_rows(at::Tensor scores, int64_t first);
@@ -75,6 +78,10 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("packed_rows_linear", &packed_rows_linear, "float32 x @ w.T over columns [start, stop) of a packed w, "
         "row-independent");
 #endif
+  m.def("int8_head_tiles", &int8_head_tiles, "an LM head [V, K] as int8 tiles of 8 columns with the factors of "
+        "screened_columns' bound: (q, scale, c1, c2), or () when it has a non-finite value");
+  m.def("screened_columns", &screened_columns, "(columns, offsets): per row, the columns in [start, stop) that "
+        "int8_head_tiles(w) cannot rule out as the row's first maximum of x @ w.T; () where it does not apply");
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
   m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of bfloat16 rows, bfloat16 out, one fixed order per row");
