@@ -154,3 +154,21 @@ def test_greedy_decoding_is_the_same_with_the_screen_and_without(zoo, model: str
         llm = LLM(loaded=loaded, speculative_config=config)
         assert [llm.generate(p, params)[0].outputs[0].token_ids for p in prompts] == unscreened
     assert calls and all(1 <= rows <= MAX_ROWS for rows in calls)
+
+
+def test_a_small_batchs_greedy_tokens_are_screened_and_the_same(zoo, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two requests in one generate call (the batched step asks the decoder for greedy tokens, not logits)."""
+    from specdec import LLM, SamplingParams
+    from specdec.models import column_screen as screen_module
+
+    loaded = zoo.load("gemma3_text")
+    params = SamplingParams(temperature=0, max_tokens=16, ignore_eos=True)
+    prompts = ["the cat sat on the mat. the cat", "hello world, hello"]
+    monkeypatch.setenv("SPECDEC_NO_HEAD_SCREEN", "1")
+    unscreened = [o.outputs[0].token_ids for o in LLM(loaded=loaded).generate(prompts, params)]
+    monkeypatch.delenv("SPECDEC_NO_HEAD_SCREEN")
+    rows = []
+    real = screen_module.screened_columns_call
+    monkeypatch.setattr(screen_module, "screened_columns_call", lambda *a: rows.append(a[0].shape[0]) or real(*a))
+    assert [o.outputs[0].token_ids for o in LLM(loaded=loaded).generate(prompts, params)] == unscreened
+    assert 2 in rows

@@ -449,15 +449,20 @@ class Decoder(nn.Module):
 
     def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.logits(hidden)) without the logits, where a fused head kernel computes exactly
-        that (a dense bf16 head on the AMX kernels, or a quantized head; no softcap: tanh rounding can tie two
-        logits); else None."""
+        that (a dense bf16 head on the AMX kernels or, for one to three rows, screened by its int8 copy
+        elsewhere; or a quantized head; no softcap: tanh rounding can tie two logits); else None."""
         if self.arch.final_logit_softcap:
             return None
         if self.quantized_head is not None:  # as logits() picks its runner
             return self.quantized_head.greedy_rows(hidden)
         if self.packed_head is not None:
             return None
-        return fused_greedy_argmax(hidden, self.head_weight())
+        head = self.head_weight()
+        fused = fused_greedy_argmax(hidden, head)
+        if fused is not None:
+            return fused
+        found = screened_max(hidden, head, slice(0, head.shape[0]), self.logits)
+        return None if found is None else found[1]
 
     def forward(
         self,
