@@ -1,8 +1,8 @@
 """Before/after of the quantized-linear kernel in one process: one build (by default this CPU's best, e.g. the
-AMX-INT8 one) from another commit's kernels (or folder) and from this checkout, called in turn on the same int4 weights and inputs (the default
-model's LM head, 262144 x 640, and the 18 layers' four linears), the median of 7 alternated timings per
-cell, and whether both builds give the same bits. On a machine whose speed drifts by tens of percent from
-minute to minute, only such interleaved timings compare two kernels.
+AMX-INT8 one) from another commit's kernels (or folder) and from this checkout, called in turn on the same
+int4 weights and inputs (the default model's LM head, 262144 x 640, and the 18 layers' four linears), the
+median of 7 alternated timings per cell, and whether both builds give the same bits. On a machine whose
+speed drifts by tens of percent from minute to minute, only such interleaved timings compare two kernels.
 
     .venv/bin/python scripts/quant_kernel_ab.py --before 2df1d98 --rows 1,8,16,32
 """

@@ -130,7 +130,8 @@ def test_heads_it_cannot_copy_are_not_screened() -> None:
 
 
 @pytest.mark.parametrize("model", ["gemma3_text", "wide_llama"])
-def test_greedy_decoding_is_the_same_with_the_screen_and_without(zoo, model: str, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_greedy_decoding_is_the_same_with_the_screen_and_without(zoo, model: str,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     """Plain and n-gram decoding through the engine, one request at a time (a batch's step scores its rows
     with the whole head): the screened head (counted) gives the unscreened tokens."""
     from specdec import LLM, SamplingParams

@@ -53,8 +53,11 @@ def screened_columns_call(*args: object) -> list[torch.Tensor]:
     return fast_linear.kernel().screened_columns(*args)
 
 
+HeadScores = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # (rows [n, H], token ids [c]) -> logits [n, c]
+
+
 def screened_max(hidden: torch.Tensor, head: torch.Tensor, columns: slice,
-                 score: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor] | None:
+                 score: HeadScores) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over the head's
     logits in `columns` (a contiguous slice) and the logit there, where the screen applies; else None.
     `score(rows [1, H], token ids [c])` gives the head's logits of those ids, as its whole-head scoring does."""

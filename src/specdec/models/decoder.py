@@ -431,7 +431,7 @@ class Decoder(nn.Module):
         """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over
         logits(hidden, columns) and the logit there, where a quantized head's kernel finds them in its pass
         without writing the logits, or a dense bf16 head's int8 copy rules out all but a few columns
-        (column_screen.py: one or two rows, without AMX); no softcap; else None. A plain decode step of the
+        (column_screen.py: one to three rows, without AMX); no softcap; else None. A plain decode step of the
         `int4` default model spent 3.4 ms in its head writing the logits and finding their argmax."""
         if self.arch.final_logit_softcap:
             return None
@@ -554,8 +554,8 @@ class Decoder(nn.Module):
         elif self.packed_head is None or not self.packed_head.packs(head):  # loading prepares twice: pack once
             self.packed_head = PackedHead.build(head)
         if self.quantized_head is None and self.packed_head is None and not self.arch.final_logit_softcap:
-            # the greedy head's int8 copy (AMX's for greedy_tokens, else head_max's), made at load rather than
-            # in the first step
+            # the greedy head's int8 copy (with AMX-INT8 greedy_argmax.head_screen's, else column_screen's), made
+            # at load rather than in the first step
             if head_screen(head) is None:
                 column_screen(head)
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change

@@ -157,7 +157,8 @@ std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor 
       const __m256 valid = _mm256_castsi256_ps(_mm256_and_si256(
           _mm256_cmpgt_epi32(col, _mm256_set1_epi32(static_cast<int32_t>(start) - 1)),
           _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(stop)), col)));
-      const __m256 sj = _mm256_loadu_ps(sp + col0), c1v = _mm256_loadu_ps(c1p + col0), c2v = _mm256_loadu_ps(c2p + col0);
+      const __m256 sj = _mm256_loadu_ps(sp + col0), c1v = _mm256_loadu_ps(c1p + col0);
+      const __m256 c2v = _mm256_loadu_ps(c2p + col0);
       for (int64_t m = 0; m < m_size; ++m) {
         if (f[m].l1 == 0.0f) continue;  // a zero row: answered below
         const RowQuads& r = rows[m];

@@ -28,13 +28,14 @@ constexpr double kLargestWeight = 1e6;
 // Rows with |h|_1 above this (or a non-finite value) go to the exact head unscreened.
 constexpr double kLargestRowL1 = 1e30;
 
-// Column j of the head (K bfloat16 `row`) as int8 quants q[k * stride] with its factors: s_j, c1 = d_j + (K + 32)
-// roundings of max |w_j|, c2 = s_j |q_j|_1, the bounds rounded up. False (nothing written) for a non-finite
+// Column j of the head (K bfloat16 `row`) as int8 quants q[k * stride] with its factors: s_j, c1 = d_j +
+// (K + 32) roundings of max |w_j|, c2 = s_j |q_j|_1, the bounds rounded up. False (nothing written) for a non-finite
 // weight or one above kLargestWeight.
 inline bool column_copy(const uint16_t* row, int64_t k_size, int8_t* q, int64_t stride, float& s_out, float& c1,
                         float& c2) {
   double top = 0.0;
-  for (int64_t k = 0; k < k_size; ++k) top = std::max(top, std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k]))));
+  for (int64_t k = 0; k < k_size; ++k)
+    top = std::max(top, std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k]))));
   if (!std::isfinite(top) || top > kLargestWeight) return false;
   const float s = static_cast<float>(top / 127.0);
   double d = 0.0, sum = 0.0;
