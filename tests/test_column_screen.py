@@ -33,7 +33,8 @@ def survivors(x: torch.Tensor, w: torch.Tensor, start: int, stop: int, parts=Non
     return [columns[a:b].tolist() for a, b in zip(offsets.tolist(), offsets[1:].tolist())]
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 640, 4097), (2, 33, 17), (2, 100, 1000), (5, 640, 5000), (1, 3, 9)])
+@pytest.mark.parametrize("m,k,n", [(1, 640, 4097), (2, 33, 17), (2, 100, 1000), (5, 640, 5000), (1, 3, 9),
+                                   (13, 640, 3000)])
 @pytest.mark.parametrize("part", [(0, 1), (1 / 3, 1), (0.1, 0.5)])
 def test_the_screen_keeps_the_first_maximum_and_few_others(m: int, k: int, n: int, part: tuple[float, float]) -> None:
     torch.manual_seed(m * 7 + n)
@@ -62,6 +63,32 @@ def test_screened_max_is_the_whole_slices_token_and_value(m: int, k: int, n: int
     if got is None:  # flat rows keep most columns: the caller scores the whole slice
         return
     value, index = exact(x, w, start, n)
+    assert torch.equal(got[1], index) and torch.equal(got[0], value)
+
+
+def test_each_rows_columns_are_those_it_gets_alone() -> None:
+    """Rows go through the products in blocks of eight sharing each weight load: 19 rows (two full blocks and
+    three more, a zero row among them) keep exactly the columns each keeps on its own."""
+    torch.manual_seed(5)
+    w = (torch.randn(2000, 640) * 0.05).bfloat16()
+    x = (torch.randn(19, 640) * torch.rand(19, 640).pow(6) * 20).bfloat16()
+    x[7] = 0
+    together = survivors(x, w, 100, 1900)
+    assert together == [survivors(x[m : m + 1], w, 100, 1900)[0] for m in range(19)]
+
+
+@pytest.mark.parametrize("k", [640, 3000])
+def test_rows_without_outliers_stay_within_int32(k: int) -> None:
+    """A row whose elements are all near its largest would sum past int32 at 32767 steps (127 x 640 x 32767 >
+    2^31); row_int16 takes a coarser step there, and the screen still gives the whole slice's token."""
+    torch.manual_seed(6)
+    w = (torch.randn(3000, k) * 0.05).bfloat16()
+    x = (torch.full((2, k), 3.0) + torch.rand(2, k) * 0.01).bfloat16()
+    x[1] = -x[1]
+    x[1, ::2] = 3.0
+    got = screened_max(x, w, slice(0, 3000), score(w))
+    assert got is not None
+    value, index = exact(x, w, 0, 3000)
     assert torch.equal(got[1], index) and torch.equal(got[0], value)
 
 

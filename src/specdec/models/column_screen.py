@@ -12,18 +12,18 @@ so calls of more than MAX_ROWS rows score the head as before.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
 
 from specdec.models import fast_linear
-from specdec.models.greedy_argmax import greedy_argmax
+from specdec.models.greedy_argmax import greedy_argmax, head_copy
 
-# Rows up to which the screen pays: on a 2-core AVX2 EPYC, on Gemma 3's head, the bf16 head took 25-28 ms at
-# 1-4 rows and the screen 10.0 / 14.5 / 21.7 / 28.1 ms (its integer products cost ~5-7 ms a row)
-MAX_ROWS = 3
+# Rows up to which the screen is used: on a 2-core AVX2 EPYC, on Gemma 3's head and the model's own final
+# hidden states, screened_max took 10 / 11 / 27 / 40 / 51 / 102 ms at 1 / 2 / 8 / 12 / 16 / 32 rows against the
+# bf16 head's 23 / 25 / 50 / 69 / 84 / 144 ms (its integer products share each weight load across 8 rows)
+MAX_ROWS = 32
 
 # head weight -> ((its _version and data_ptr when copied), int8_head_tiles' parts or None)
 _COPIES: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -31,21 +31,11 @@ _COPIES: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 def column_screen(head: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
     """The int8 copy of a bfloat16 LM head [V, H] in tiles for screened_columns (half the head's bytes, kept
-    beside it), made once per weight version; None where it does not apply: no kernels, a head being
-    trained, a non-finite weight, or SPECDEC_NO_HEAD_SCREEN=1."""
+    beside it), made once per weight version; None without the kernels and where head_copy gives none."""
     k = fast_linear.kernel()
-    if (k is None or not hasattr(k, "screened_columns") or os.environ.get("SPECDEC_NO_HEAD_SCREEN") == "1"
-            or head.requires_grad or head.dtype != torch.bfloat16 or head.device.type != "cpu" or head.dim() != 2
-            or head.numel() == 0):
+    if k is None or not hasattr(k, "screened_columns"):
         return None
-    key = (head._version, head.data_ptr())
-    entry = _COPIES.get(head)
-    if entry is None or entry[0] != key:
-        with torch.no_grad():
-            parts = k.int8_head_tiles(head.detach().contiguous())
-        entry = (key, tuple(parts) if parts else None)
-        _COPIES[head] = entry
-    return entry[1]
+    return head_copy(head, _COPIES, k.int8_head_tiles)
 
 
 def screened_columns_call(*args: object) -> list[torch.Tensor]:
@@ -60,7 +50,7 @@ def screened_max(hidden: torch.Tensor, head: torch.Tensor, columns: slice,
                  score: HeadScores) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over the head's
     logits in `columns` (a contiguous slice) and the logit there, where the screen applies; else None.
-    `score(rows [1, H], token ids [c])` gives the head's logits of those ids, as its whole-head scoring does."""
+    `score(rows [n, H], token ids [c])` gives the head's logits of those ids, as its whole-head scoring does."""
     if hidden.dtype != torch.bfloat16 or hidden.dim() != 2 or not 1 <= hidden.shape[0] <= MAX_ROWS:
         return None
     start, stop, step = columns.indices(head.shape[0])
@@ -73,12 +63,13 @@ def screened_max(hidden: torch.Tensor, head: torch.Tensor, columns: slice,
     if not found:  # a non-finite row, or flat rows that keep most columns
         return None
     ids, offsets = found
-    values = torch.empty(hidden.shape[0], dtype=torch.float32)
-    indices = torch.empty(hidden.shape[0], dtype=torch.long)
-    for m, (lo, hi) in enumerate(zip(offsets.tolist(), offsets[1:].tolist())):
-        candidates = ids[lo:hi]
-        logits = score(hidden[m : m + 1], candidates)
-        i = int(greedy_argmax(logits)[0])  # ascending ids: the first maximum among them is the slice's
-        values[m] = logits[0, i]
-        indices[m] = candidates[i] - start
-    return values, indices
+    # every row's candidates scored in one call over their union (each logit is the same number whatever
+    # else is scored beside it); a row's own candidates are ascending, so its first maximum among them is
+    # the slice's first maximum
+    union, where = torch.unique(ids, sorted=True, return_inverse=True)
+    logits = score(hidden, union)
+    own = torch.zeros(logits.shape, dtype=torch.bool)
+    own[torch.repeat_interleave(torch.arange(hidden.shape[0]), offsets.diff()), where] = True
+    logits = logits.masked_fill(~own, float("-inf"))
+    best = greedy_argmax(logits)
+    return logits.gather(1, best[:, None])[:, 0], union[best] - start

@@ -431,8 +431,8 @@ class Decoder(nn.Module):
         """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over
         logits(hidden, columns) and the logit there, where a quantized head's kernel finds them in its pass
         without writing the logits, or a dense bf16 head's int8 copy rules out all but a few columns
-        (column_screen.py: one to three rows, without AMX); no softcap; else None. A plain decode step of the
-        `int4` default model spent 3.4 ms in its head writing the logits and finding their argmax."""
+        (column_screen.py: up to its MAX_ROWS rows, without AMX); no softcap; else None. A plain decode step
+        of the `int4` default model spent 3.4 ms in its head writing the logits and finding their argmax."""
         if self.arch.final_logit_softcap:
             return None
         if self.quantized_head is not None:
@@ -449,8 +449,8 @@ class Decoder(nn.Module):
 
     def greedy_tokens(self, hidden: torch.Tensor) -> torch.Tensor | None:
         """greedy_argmax(self.logits(hidden)) without the logits, where a fused head kernel computes exactly
-        that (a dense bf16 head on the AMX kernels or, for one to three rows, screened by its int8 copy
-        elsewhere; or a quantized head; no softcap: tanh rounding can tie two logits); else None."""
+        that (a dense bf16 head on the AMX kernels or, up to column_screen.MAX_ROWS rows, screened by its
+        int8 copy elsewhere; or a quantized head; no softcap: tanh rounding can tie two logits); else None."""
         if self.arch.final_logit_softcap:
             return None
         if self.quantized_head is not None:  # as logits() picks its runner

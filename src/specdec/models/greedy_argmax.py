@@ -8,6 +8,7 @@ On the CPU the kernels' `rows_argmax` reads each row once with vector compares, 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import torch
 from torch.utils.weak import WeakIdKeyDictionary
@@ -28,23 +29,32 @@ def greedy_argmax(logits: torch.Tensor) -> torch.Tensor:
     return logits.argmax(dim=-1)
 
 
-def head_screen(head: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
-    """The int8 copy of a bfloat16 LM head [V, H] that kernels/amx_screened_argmax.cpp screens columns with
-    (half the head's bytes, kept beside it), made once per weight version; None where it does not apply: no
-    AMX-INT8, a head being trained, a non-finite weight, or SPECDEC_NO_HEAD_SCREEN=1."""
-    k = fast_linear.kernel()
-    if (k is None or not hasattr(k, "amx_screened_argmax") or "amx_int8" not in fast_linear._cpu_flags()
-            or os.environ.get("SPECDEC_NO_HEAD_SCREEN") == "1" or head.requires_grad or head.dtype != torch.bfloat16
+def head_copy(head: torch.Tensor, copies: WeakIdKeyDictionary,
+              make: Callable[[torch.Tensor], list[torch.Tensor]]) -> tuple[torch.Tensor, ...] | None:
+    """make(head)'s parts (an int8 copy of a bfloat16 LM head [V, H] for a greedy screen), kept in `copies`
+    once per weight version; None where no screen applies: a head being trained, not a CPU bfloat16 matrix,
+    SPECDEC_NO_HEAD_SCREEN=1, or make() returned nothing (a non-finite weight)."""
+    if (os.environ.get("SPECDEC_NO_HEAD_SCREEN") == "1" or head.requires_grad or head.dtype != torch.bfloat16
             or head.device.type != "cpu" or head.dim() != 2 or head.numel() == 0):
         return None
     key = (head._version, head.data_ptr())
-    entry = _SCREENS.get(head)
+    entry = copies.get(head)
     if entry is None or entry[0] != key:
         with torch.no_grad():
-            parts = k.amx_int8_head(head.detach().contiguous())
+            parts = make(head.detach().contiguous())
         entry = (key, tuple(parts) if parts else None)
-        _SCREENS[head] = entry
+        copies[head] = entry
     return entry[1]
+
+
+def head_screen(head: torch.Tensor) -> tuple[torch.Tensor, ...] | None:
+    """The int8 copy of a bfloat16 LM head [V, H] that kernels/amx_screened_argmax.cpp screens columns with
+    (half the head's bytes, kept beside it), made once per weight version; None without AMX-INT8 and where
+    head_copy gives none."""
+    k = fast_linear.kernel()
+    if k is None or not hasattr(k, "amx_screened_argmax") or "amx_int8" not in fast_linear._cpu_flags():
+        return None
+    return head_copy(head, _SCREENS, k.amx_int8_head)
 
 
 def fused_greedy_argmax(hidden: torch.Tensor, head: torch.Tensor) -> torch.Tensor | None:

@@ -7,12 +7,15 @@
 // then scored by the caller with the head's own row kernel (models/column_screen.py), so the row's maximum is
 // the same column with the same bits as the whole head gives.
 //
-// Integer dots: vpmaddubsw multiplies unsigned by signed bytes, so each row pass goes in as |a| (unsigned)
-// against the quants with a's signs (vpsignb: q negated where a < 0, zeroed where a = 0); pairs are at most
-// 2 * 127 * 127 and fit int16, vpmaddwd adds them into int32 lanes. Exact in any order, as the bound needs.
+// Integer dots: each row goes in as one int16 pass c (row_int16) and the copy's int8 quants are widened to
+// int16 once per load, by shifts within each 16-bit slot (even bytes: << 8 then >> 8; odd bytes: >> 8);
+// vpmaddwd multiplies 16-bit pairs into int32 lanes, exact in any order as the bound needs (row_int16 keeps
+// 127 |c|_1 within int32). The widened weights stay in registers for up to kBlock rows at a time, so a
+// further row costs two multiply-adds per 32 products and no weight read.
 // Layout: tiles of 8 columns, per tile the k quads with the 8 columns side by side: [V / 8][K / 4][8][4] int8
-// (K and V zero-padded), column c's 4 bytes in lane c; scale, c1, c2 padded to whole tiles with zeros.
-// Threads split the tiles in contiguous ranges, so their candidates concatenate in column order.
+// (K and V zero-padded), column c's 4 bytes in int32 lane c: its even bytes (k0, k2) meet the row's
+// (c[k0], c[k2]) and its odd bytes (k1, k3) meet (c[k1], c[k3]). scale, c1, c2 padded to whole tiles with
+// zeros. Threads split the tiles in contiguous ranges, so their candidates concatenate in column order.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/zeros.h>
@@ -24,7 +27,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -33,6 +35,7 @@
 namespace {
 
 constexpr int64_t kCols = 8;  // columns per tile
+constexpr int64_t kBlock = 8;  // rows whose products share one widened weight register (8 accumulators)
 
 // A column that may be its row's maximum: its upper bound was at least the row's best lower bound so far.
 struct Candidate {
@@ -48,10 +51,36 @@ inline float max8(__m256 v) {
   return _mm_cvtss_f32(m);
 }
 
-// One row's two int8 passes as 4-byte quads: |a|, a, |b|, b ([quads] each)
-struct RowQuads {
-  std::vector<int32_t> abs_a, a, abs_b, b;
-};
+// acc[r] = the 8 columns' int32 dots with row c[r] over one tile's `quads` k quads (c[r]: [quads][2] int32,
+// (c[k0], c[k2]) then (c[k1], c[k3]) as int16 pairs); R rows at once, so each weight load serves R rows.
+template <int R>
+inline void tile_dots(const int8_t* wt, int64_t quads, const int32_t* const* c, __m256i* acc, bool prefetch) {
+  __m256i a[R];
+  for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_si256();
+  for (int64_t g = 0; g < quads; ++g) {
+    if (prefetch && (g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wt + g * 32 + 4096), _MM_HINT_T0);
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + g * 32));
+    const __m256i even = _mm256_srai_epi16(_mm256_slli_epi16(w, 8), 8), odd = _mm256_srai_epi16(w, 8);
+    for (int r = 0; r < R; ++r)
+      a[r] = _mm256_add_epi32(a[r], _mm256_add_epi32(_mm256_madd_epi16(even, _mm256_set1_epi32(c[r][2 * g])),
+                                                     _mm256_madd_epi16(odd, _mm256_set1_epi32(c[r][2 * g + 1]))));
+  }
+  for (int r = 0; r < R; ++r) acc[r] = a[r];
+}
+
+inline void block_dots(int rows, const int8_t* wt, int64_t quads, const int32_t* const* c, __m256i* acc,
+                       bool prefetch) {
+  switch (rows) {
+    case 1: return tile_dots<1>(wt, quads, c, acc, prefetch);
+    case 2: return tile_dots<2>(wt, quads, c, acc, prefetch);
+    case 3: return tile_dots<3>(wt, quads, c, acc, prefetch);
+    case 4: return tile_dots<4>(wt, quads, c, acc, prefetch);
+    case 5: return tile_dots<5>(wt, quads, c, acc, prefetch);
+    case 6: return tile_dots<6>(wt, quads, c, acc, prefetch);
+    case 7: return tile_dots<7>(wt, quads, c, acc, prefetch);
+    default: return tile_dots<8>(wt, quads, c, acc, prefetch);
+  }
+}
 
 }  // namespace
 
@@ -109,26 +138,20 @@ std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor 
   x = x.contiguous();
   const auto* xr = reinterpret_cast<const uint16_t*>(x.data_ptr());
 
-  std::vector<RowQuads> rows(static_cast<size_t>(m_size));
+  // each row's int16 pass, zero-padded to whole quads and ordered (k0, k2, k1, k3) per quad; zero rows
+  // (answered below) stay out of the products
+  std::vector<int32_t> c_all(static_cast<size_t>(m_size * quads * 2), 0);
+  std::vector<int16_t> row(static_cast<size_t>(quads * 4), 0);
   std::vector<specdec_screen::RowFactor> f(static_cast<size_t>(m_size));
-  {
-    std::vector<int8_t> a(static_cast<size_t>(quads * 4)), b(a.size()), abs_a(a.size()), abs_b(a.size());
-    for (int64_t m = 0; m < m_size; ++m) {
-      std::fill(a.begin(), a.end(), 0);
-      std::fill(b.begin(), b.end(), 0);
-      if (!specdec_screen::row_passes(xr + m * k_size, k_size, a.data(), b.data(), f[m])) return {};
-      for (size_t i = 0; i < a.size(); ++i) {
-        abs_a[i] = static_cast<int8_t>(a[i] < 0 ? -a[i] : a[i]);  // |a| <= 127: an unsigned byte as well
-        abs_b[i] = static_cast<int8_t>(b[i] < 0 ? -b[i] : b[i]);
-      }
-      RowQuads& r = rows[m];
-      for (auto* v : {&r.abs_a, &r.a, &r.abs_b, &r.b}) v->resize(static_cast<size_t>(quads));
-      std::memcpy(r.abs_a.data(), abs_a.data(), a.size());
-      std::memcpy(r.a.data(), a.data(), a.size());
-      std::memcpy(r.abs_b.data(), abs_b.data(), a.size());
-      std::memcpy(r.b.data(), b.data(), a.size());
-    }
+  std::vector<int64_t> live;
+  for (int64_t m = 0; m < m_size; ++m) {
+    if (!specdec_screen::row_int16(xr + m * k_size, k_size, row.data(), f[m])) return {};
+    auto* c = reinterpret_cast<int16_t*>(c_all.data() + m * quads * 2);
+    for (int64_t g = 0; g < quads; ++g)
+      for (int i = 0; i < 4; ++i) c[g * 4 + i] = row[g * 4 + (i % 2) * 2 + i / 2];
+    if (f[m].l1 != 0.0f) live.push_back(m);
   }
+  const int64_t n_live = static_cast<int64_t>(live.size());
 
   const auto* qp = q.data_ptr<int8_t>();
   const float *sp = scale.data_ptr<float>(), *c1p = c1.data_ptr<float>(), *c2p = c2.data_ptr<float>();
@@ -146,9 +169,10 @@ std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor 
     std::vector<Candidate>& mine = found[me];
     const int64_t per = (t_end - t_begin + team - 1) / team;
     const int64_t b0 = std::min(t_end, t_begin + me * per), b1 = std::min(t_end, b0 + per);
-    const __m256i ones = _mm256_set1_epi16(1);
     const __m256 tiny = _mm256_set1_ps(specdec_screen::kTiny);
     const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const int32_t* c[kBlock];
+    __m256i acc[kBlock];
     for (int64_t t = b0; t < b1 && !gave_up.load(std::memory_order_relaxed); ++t) {
       const int8_t* wt = qp + t * quads * kCols * 4;
       const int64_t col0 = t * kCols;
@@ -159,36 +183,31 @@ std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor 
           _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int32_t>(stop)), col)));
       const __m256 sj = _mm256_loadu_ps(sp + col0), c1v = _mm256_loadu_ps(c1p + col0);
       const __m256 c2v = _mm256_loadu_ps(c2p + col0);
-      for (int64_t m = 0; m < m_size; ++m) {
-        if (f[m].l1 == 0.0f) continue;  // a zero row: answered below
-        const RowQuads& r = rows[m];
-        __m256i acc_a = _mm256_setzero_si256(), acc_b = acc_a;
-        for (int64_t g = 0; g < quads; ++g) {
-          if (m == 0 && (g & 1) == 0) _mm_prefetch(reinterpret_cast<const char*>(wt + g * 32 + 4096), _MM_HINT_T0);
-          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wt + g * 32));
-          acc_a = _mm256_add_epi32(acc_a, _mm256_madd_epi16(_mm256_maddubs_epi16(
-              _mm256_set1_epi32(r.abs_a[g]), _mm256_sign_epi8(w, _mm256_set1_epi32(r.a[g]))), ones));
-          acc_b = _mm256_add_epi32(acc_b, _mm256_madd_epi16(_mm256_maddubs_epi16(
-              _mm256_set1_epi32(r.abs_b[g]), _mm256_sign_epi8(w, _mm256_set1_epi32(r.b[g]))), ones));
-        }
-        // the estimate and its bound, as amx_screened_argmax.cpp computes them (fused multiply-adds round
-        // less than the bound allows for)
-        const __m256 dot = _mm256_fmadd_ps(_mm256_set1_ps(f[m].beta), _mm256_cvtepi32_ps(acc_b),
-                                           _mm256_mul_ps(_mm256_set1_ps(f[m].alpha), _mm256_cvtepi32_ps(acc_a)));
-        const __m256 bound = _mm256_fmadd_ps(_mm256_set1_ps(f[m].l1), c1v,
-                                             _mm256_fmadd_ps(_mm256_set1_ps(f[m].err), c2v, tiny));
-        const __m256 upper = _mm256_fmadd_ps(sj, dot, bound);
-        const __m256 low_here = _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()),
-                                                 _mm256_fmsub_ps(sj, dot, bound), valid);
-        best[m] = std::max(best[m], max8(low_here));
-        int keep = _mm256_movemask_ps(_mm256_and_ps(valid, _mm256_cmp_ps(upper, _mm256_set1_ps(best[m]), _CMP_GE_OQ)));
-        if (keep) {
-          alignas(32) float up[kCols];
-          _mm256_store_ps(up, upper);
-          while (keep) {
-            const int c = __builtin_ctz(keep);
-            keep &= keep - 1;
-            mine.push_back({static_cast<int32_t>(m), static_cast<int32_t>(col0 + c), up[c]});
+      for (int64_t i0 = 0; i0 < n_live; i0 += kBlock) {
+        const int block = static_cast<int>(std::min<int64_t>(kBlock, n_live - i0));
+        for (int r = 0; r < block; ++r) c[r] = c_all.data() + live[i0 + r] * quads * 2;
+        block_dots(block, wt, quads, c, acc, i0 == 0);
+        for (int r = 0; r < block; ++r) {
+          const int64_t m = live[i0 + r];
+          // the estimate and its bound, as amx_screened_argmax.cpp computes them (fused multiply-adds round
+          // less than the bound allows for)
+          const __m256 dot = _mm256_mul_ps(_mm256_set1_ps(f[m].alpha), _mm256_cvtepi32_ps(acc[r]));
+          const __m256 bound = _mm256_fmadd_ps(_mm256_set1_ps(f[m].l1), c1v,
+                                               _mm256_fmadd_ps(_mm256_set1_ps(f[m].err), c2v, tiny));
+          const __m256 upper = _mm256_fmadd_ps(sj, dot, bound);
+          const __m256 low_here = _mm256_blendv_ps(_mm256_set1_ps(-std::numeric_limits<float>::infinity()),
+                                                   _mm256_fmsub_ps(sj, dot, bound), valid);
+          best[m] = std::max(best[m], max8(low_here));
+          int keep = _mm256_movemask_ps(
+              _mm256_and_ps(valid, _mm256_cmp_ps(upper, _mm256_set1_ps(best[m]), _CMP_GE_OQ)));
+          if (keep) {
+            alignas(32) float up[kCols];
+            _mm256_store_ps(up, upper);
+            while (keep) {
+              const int k = __builtin_ctz(keep);
+              keep &= keep - 1;
+              mine.push_back({static_cast<int32_t>(m), static_cast<int32_t>(col0 + k), up[k]});
+            }
           }
         }
       }

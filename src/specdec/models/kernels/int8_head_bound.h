@@ -8,7 +8,8 @@
 //   |h . w_j - s_j s_h (a . q_j + b . q_j / 254)| <= |h|_1 d_j + e_h s_j |q_j|_1,
 // plus (K + 32) float32 roundings of |h|_1 max |w_j| for the head's own float32 accumulation (any order of
 // its K exact products) and the estimate's arithmetic. A column whose upper bound is below the best lower
-// bound of its row cannot be that row's maximum.
+// bound of its row cannot be that row's maximum. The AVX2 screen takes one int16 pass instead,
+// h ~ s_h c (row_int16), and the same bound with e_h = max |h - s_h c|.
 #pragma once
 
 #include <algorithm>
@@ -52,8 +53,8 @@ inline bool column_copy(const uint16_t* row, int64_t k_size, int8_t* q, int64_t 
   return true;
 }
 
-// One row's factors of the estimate and its bound: alpha = s_h, beta = s_h / 254, l1 = |h|_1, err = e_h
-// (rounded up).
+// One row's factors of the estimate and its bound: alpha = s_h, beta = s_h / 254 (0 for one int16 pass),
+// l1 = |h|_1, err = e_h (rounded up).
 struct RowFactor {
   float alpha = 0.0f, beta = 0.0f, l1 = 0.0f, err = 0.0f;
 };
@@ -80,6 +81,38 @@ inline bool row_passes(const uint16_t* row, int64_t k_size, int8_t* a, int8_t* b
   }
   f.alpha = static_cast<float>(s);
   f.beta = static_cast<float>(s / 254.0);
+  f.l1 = static_cast<float>(l1 * kSlack);
+  f.err = static_cast<float>(err * kSlack);
+  return true;
+}
+
+// Row h (K bfloat16) as one int16 pass c[k] ~ h[k] / s_h (the AVX2 screen's integer products take 16-bit
+// activations), with f.alpha = s_h, f.beta = 0, l1 and err = e_h = max |h - s_h c|. s_h is top / 32767,
+// or larger where 127 |c|_1 could overflow the int32 sums (a row without outliers): then
+// 127 |c|_1 <= 127 (|h|_1 / s_h + K / 2) <= 2^31 - 1. False for a non-finite row or one with |h|_1 above
+// kLargestRowL1.
+inline bool row_int16(const uint16_t* row, int64_t k_size, int16_t* c, RowFactor& f) {
+  double top = 0.0, l1 = 0.0;
+  for (int64_t k = 0; k < k_size; ++k) {
+    const double h = std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k])));
+    top = std::max(top, h);
+    l1 += h;
+  }
+  if (!std::isfinite(l1) || l1 > kLargestRowL1) return false;
+  const double room = 2147483647.0 / 127.0 - static_cast<double>(k_size);  // |c|_1 allowed, less K / 2 twice
+  if (room <= 0) return false;
+  const double s = static_cast<float>(std::max(top / 32767.0, l1 / room));  // the alpha the estimate uses
+  double err = 0.0, sum = 0.0;
+  for (int64_t k = 0; k < k_size; ++k) {
+    const double h = specdec_bf16::bf16_to_float(row[k]);
+    const double ck = s > 0 ? std::clamp(std::nearbyint(h / s), -32767.0, 32767.0) : 0.0;
+    c[k] = static_cast<int16_t>(ck);
+    err = std::max(err, std::fabs(h - s * ck));
+    sum += std::fabs(ck);
+  }
+  if (127.0 * sum > 2147483647.0) return false;  // cannot happen with s as chosen; kept as the proof's check
+  f.alpha = static_cast<float>(s);
+  f.beta = 0.0f;
   f.l1 = static_cast<float>(l1 * kSlack);
   f.err = static_cast<float>(err * kSlack);
   return true;
