@@ -127,3 +127,19 @@ def test_mtp_sampling_distribution_matches_the_target_with_int8_block_weights(
     assert_first_tokens_follow_the_target(llm, small_prompt, NUM_SAMPLES, SAMPLING_CASES["t1"],
                                           exact_first_tokens["t1"])
     assert llm.stats.num_accepted_tokens >= 100, llm.stats.num_accepted_tokens
+
+
+@needs_kernel
+@pytest.mark.parametrize("isa", ["avx2", "avx512_vnni", "amx_int8"])
+def test_auto_takes_int8_where_it_was_measured_faster(zoo, tmp_path, monkeypatch, isa):
+    """"auto": EAGLE-3's drafter on int8 copies on every build; MTP's blocks only on AVX512-VNNI and AMX
+    (slower than bfloat16 on an AVX2 EPYC)."""
+    monkeypatch.setattr(int8_weights, "quant_kernel_isa", lambda: isa)
+    target = zoo.load("llama")
+    eagle = make_random_eagle3(target, tmp_path / "e", draft_vocab_size=200)
+    mtp = make_random_mtp(target, tmp_path / "m", draft_vocab_size=200, num_modules=2)
+    auto = {"num_speculative_tokens": 3, "quantization": "auto"}
+    eagle3 = LLM(loaded=target, speculative_config={"method": "eagle3", "model": eagle, **auto}).new_proposer()
+    assert eagle3.drafter.int8 is not None
+    mtp_drafter = LLM(loaded=target, speculative_config={"method": "mtp", "model": mtp, **auto}).new_proposer().drafter
+    assert (mtp_drafter.int8_head is not None) == (isa != "avx2")

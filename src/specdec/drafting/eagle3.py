@@ -21,7 +21,8 @@ from specdec.drafting.dynamic_tree import TreesInStep, min_score, tree_growth
 from specdec.drafting.eagle3_format import load_eagle3
 from specdec.drafting.drafter_format import shared_drafter
 from specdec.drafting.eagle3_model import DraftKVCache, Eagle3Drafter, ListedVisibility, draft_cache_dtype
-from specdec.drafting.int8_weights import AUTO, W8A8, mode_problems, uses_int8, with_int8_weights
+from specdec.drafting.int8_weights import (AUTO, EVERY_BUILD, W8A8, mode_problems, uses_int8,
+                                           with_int8_weights)
 from specdec.drafting.option_checks import draft_shape_problems
 from specdec.drafting.pending_features import PendingFeatures
 from specdec.drafting.registry import register
@@ -68,7 +69,7 @@ class Eagle3Proposer(Proposer):
             raise ValueError("eagle3 needs the target's hidden states, which only the native runtime provides")
         decoder = target.decoder
         path = resolve_drafter(options.model)
-        int8 = uses_int8(options.quantization, target.device)
+        int8 = uses_int8(options.quantization, target.device, EVERY_BUILD)
 
         def build() -> Eagle3Drafter:
             return with_int8_weights(load_eagle3(path, target)[0].ready_for(target), options.quantization, int8)

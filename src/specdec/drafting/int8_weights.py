@@ -22,8 +22,12 @@ from specdec.quantization.weight_quantizers import MAX_W8A8_IN_FEATURES, quantiz
 
 AUTO, NONE, W8A8 = "auto", "none", "w8a8_int8"
 MODES = (AUTO, NONE, W8A8)
-# the builds whose int8 kernels were measured faster than the bfloat16 ones on a drafter's few rows
-_FAST_BUILDS = ("avx512_vnni", "amx_int8")
+# The builds whose int8 kernels were measured faster than the bfloat16 ones on a drafter's few rows, per
+# drafter (uses_int8's `fast_builds`). EAGLE-3's layer and head rows: every build; on a 2-core AVX2 EPYC,
+# end to end on `other_kinds`, its chain went from 1.75x to 1.95x plain (docs/benchmarks.md, 2026-12-07).
+# MTP's blocks: AVX512-VNNI and AMX only; on that EPYC they fell from 1.28x to 1.05x.
+EVERY_BUILD = ("avx2", "avx512_vnni", "amx_int8")
+VNNI_BUILDS = ("avx512_vnni", "amx_int8")
 _ROW_KIND = 3  # the kernels' kind id of s8r (int8 per channel, x per row)
 
 
@@ -38,15 +42,15 @@ def _kernel_runs_int8() -> bool:
     return module is not None and _ROW_KIND in getattr(module, "quant_linear_row_kinds", ())
 
 
-def uses_int8(mode: str | None, device: torch.device) -> bool:
+def uses_int8(mode: str | None, device: torch.device, fast_builds: tuple[str, ...] = VNNI_BUILDS) -> bool:
     """Whether a drafter on `device` runs its linears on int8 copies: "auto" where this CPU's int8 kernels
-    are the fast ones, "w8a8_int8" wherever a kernel runs them (else a ValueError: the reference would be
-    slower than bfloat16), "none" (or None) never."""
+    are among the drafter's `fast_builds`, "w8a8_int8" wherever a kernel runs them (else a ValueError: the
+    reference would be slower than bfloat16), "none" (or None) never."""
     if mode is None or mode == NONE:
         return False
     cpu_kernel = device.type == "cpu" and _kernel_runs_int8()
     if mode == AUTO:
-        return cpu_kernel and quant_kernel_isa() in _FAST_BUILDS
+        return cpu_kernel and quant_kernel_isa() in fast_builds
     if not cpu_kernel:
         raise ValueError(f'a drafter\'s quantization "{W8A8}" needs the CPU int8 kernels (a target on the CPU, '
                          'with AVX2 and a compiler); use "none" or "auto"')
