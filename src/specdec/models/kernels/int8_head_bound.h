@@ -59,16 +59,24 @@ struct RowFactor {
   float alpha = 0.0f, beta = 0.0f, l1 = 0.0f, err = 0.0f;
 };
 
-// Row h (K bfloat16) as its two int8 passes a[k], b[k] and its factors; false for a non-finite row or one
-// with |h|_1 above kLargestRowL1 (the exact head decides it; a and b are then unwritten).
-inline bool row_passes(const uint16_t* row, int64_t k_size, int8_t* a, int8_t* b, RowFactor& f) {
-  double top = 0.0, l1 = 0.0;
+// Row h's largest |h[k]| and |h|_1; false for a non-finite row or one with |h|_1 above kLargestRowL1 (the
+// exact head decides it).
+inline bool row_size(const uint16_t* row, int64_t k_size, double& top, double& l1) {
+  top = 0.0;
+  l1 = 0.0;
   for (int64_t k = 0; k < k_size; ++k) {
     const double h = std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k])));
     top = std::max(top, h);
     l1 += h;
   }
-  if (!std::isfinite(l1) || l1 > kLargestRowL1) return false;
+  return std::isfinite(l1) && l1 <= kLargestRowL1;
+}
+
+// Row h (K bfloat16) as its two int8 passes a[k], b[k] and its factors; false for a non-finite row or one
+// with |h|_1 above kLargestRowL1 (the exact head decides it; a and b are then unwritten).
+inline bool row_passes(const uint16_t* row, int64_t k_size, int8_t* a, int8_t* b, RowFactor& f) {
+  double top, l1;
+  if (!row_size(row, k_size, top, l1)) return false;
   const double s = top / 127.0;
   double err = 0.0;
   for (int64_t k = 0; k < k_size && s > 0; ++k) {
@@ -92,14 +100,10 @@ inline bool row_passes(const uint16_t* row, int64_t k_size, int8_t* a, int8_t* b
 // 127 |c|_1 <= 127 (|h|_1 / s_h + K / 2) <= 2^31 - 1. False for a non-finite row or one with |h|_1 above
 // kLargestRowL1.
 inline bool row_int16(const uint16_t* row, int64_t k_size, int16_t* c, RowFactor& f) {
-  double top = 0.0, l1 = 0.0;
-  for (int64_t k = 0; k < k_size; ++k) {
-    const double h = std::fabs(static_cast<double>(specdec_bf16::bf16_to_float(row[k])));
-    top = std::max(top, h);
-    l1 += h;
-  }
-  if (!std::isfinite(l1) || l1 > kLargestRowL1) return false;
-  const double room = 2147483647.0 / 127.0 - static_cast<double>(k_size);  // |c|_1 allowed, less K / 2 twice
+  double top, l1;
+  if (!row_size(row, k_size, top, l1)) return false;
+  // |h|_1 / s_h may reach this; rounding each element adds up to K / 2 more, still below 2^31 / 127
+  const double room = 2147483647.0 / 127.0 - static_cast<double>(k_size);
   if (room <= 0) return false;
   const double s = static_cast<float>(std::max(top / 32767.0, l1 / room));  // the alpha the estimate uses
   double err = 0.0, sum = 0.0;
