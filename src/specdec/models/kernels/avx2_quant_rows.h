@@ -7,7 +7,8 @@
 // Integer products as the other AVX2 kinds do them (avx2_quant_linear.cpp): s8r's by maddubs of |qx| and
 // q with qx's sign (pairs up to 2 * 127 * 127), u4r's by maddubs of q (0..15) and qx, 8 groups added in int16
 // (up to 30480), then one madd by the block's multiplier a to int32; u4r's offsets per pair of blocks by one
-// madd of -c with the two blocks' sums of qx. Rows in blocks of up to 4 against one 8-column tile; threads split the tiles only.
+// madd of -c with the two blocks' sums of qx. Rows in blocks of up to 4 against one 8-column tile; threads
+// split the tiles only.
 // Layout: tiles of 8 columns, as the other kinds; scales one per column [tiles][8]; u4r's integers int16
 // [tiles][pairs][32]: -c of both blocks per column ([8][2]), then a of each ([8] and [8]).
 #pragma once
