@@ -308,10 +308,10 @@ void span_rows_in_slot_order(const uint16_t* qp, int64_t q_row, int64_t q_head, 
     return;
   }
 #endif
-  // One decoding sequence's rows (a block or less, in fours per value head) on AVX512: the softmax, then
-  // each four rows' values in parts of the head's dims on the threads.
+  // One decoding sequence's rows (a block or less, in fours per value head): the softmax, then each four
+  // rows' values in parts of the head's dims on the threads (one block alone would leave a thread idle).
   const int64_t dim_parts = std::min<int64_t>(threads, dim / 64);
-  if (parts > 1 && dim_parts > 1 && dim % 64 == 0 && gn % 4 == 0 && specdec_bf16::has_avx512()) {
+  if (parts > 1 && dim_parts > 1 && dim % 64 == 0 && gn % 4 == 0) {
     {
       std::vector<float> e(static_cast<size_t>(len));
       for (int64_t hr = 0; hr < kv_heads * gn; ++hr) softmax_row_bf16(sp + hr * len, len, first, e.data(), pb.data() + hr * len);

@@ -139,6 +139,32 @@ SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* v
   }
 }
 
+// The four rows' dims [0, dims) on AVX2 (a multiple of 8), one row after another: each element is one FMA
+// chain, so a pass over the slots is bound by the FMAs' latency with row_group's 8 accumulators, and sharing
+// each widened value vector among the four rows (two vectors a pass, as registers allow) was slower.
+int64_t rows4_dims8(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
+                    uint16_t* const* outs, int64_t dims, const int64_t* orow) {
+  const int64_t done = dims / 8 * 8;
+  for (int r = 0; r < 4; ++r) {
+    int64_t d0 = 0;
+    for (; d0 + 64 <= done; d0 += 64) row_group<8>(prows[r], orow, vbase, 0, slots, dim, d0, outs[r]);
+    for (; d0 < done; d0 += 8) row_group<1>(prows[r], orow, vbase, 0, slots, dim, d0, outs[r]);
+  }
+  return done;
+}
+
+// Four rows' dims [0, dims) over one value head (vbase: the column 0's slot, or slot 0 with `orow`): on AVX512
+// rows4_dims16's 64 at a time, else rows4_dims8's row by row; returns the dims done.
+int64_t rows4_dims(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
+                   uint16_t* const* outs, int64_t dims, specdec_bf16::Prefetcher* pf, const int64_t* orow = nullptr) {
+  if (has_avx512()) {
+    const int64_t done = dims / 64 * 64;
+    rows4_dims16(prows, vbase, slots, dim, outs, done, pf, orow);
+    return done;
+  }
+  return rows4_dims8(prows, vbase, slots, dim, outs, dims, orow);
+}
+
 }  // namespace
 
 // One output row: dim bfloat16 values from one row of probs over `slots` columns, column s read at value
@@ -171,46 +197,39 @@ void probs_values_row(const uint16_t* prow, const int64_t* orow, const uint16_t*
   }
 }
 
-// probs_values_rows4's dims [d0, d0 + dims) only (AVX512; dims a multiple of 64): part of each of the four
-// rows' elements, each the same chain, so threads may share one decode step's rows.
+// probs_values_rows4's dims [d0, d0 + dims) only (dims a multiple of 64): part of each of the four rows'
+// elements, each the same chain, so threads may share one decode step's rows.
 void probs_values_rows4_dims(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
                              int64_t dim, uint16_t* const* outs, int64_t d0, int64_t dims) {
   uint16_t* const part[4] = {outs[0] + d0, outs[1] + d0, outs[2] + d0, outs[3] + d0};
-  rows4_dims16(prows, vhead + first * dim + d0, slots, dim, part, dims, nullptr);
+  rows4_dims(prows, vhead + first * dim + d0, slots, dim, part, dims, nullptr);
 }
 
-// Four rows' probs_values_row over the same value head, slots [first, first + slots) in slot order: on AVX512
-// the four rows run together (rows4_dims16), the same bits as one at a time.
-void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
-                        int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf) {
-  int64_t done = 0;
-  if (has_avx512()) {
-    done = dim / 64 * 64;
-    rows4_dims16(prows, vhead + first * dim, slots, dim, outs, done, pf);
-  }
+// The four rows' dims past rows4_dims's, row by row on a scratch row.
+static void rows4_rest(const uint16_t* const* prows, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                       int64_t slots, int64_t dim, uint16_t* const* outs, int64_t done) {
   if (done == dim) return;
-  for (int r = 0; r < 4; ++r) {  // dims past the last multiple of 64: row by row, on a scratch row
-    std::vector<uint16_t> full(static_cast<size_t>(dim));
-    probs_values_row(prows[r], nullptr, vhead, first, slots, dim, full.data());
+  std::vector<uint16_t> full(static_cast<size_t>(dim));
+  for (int r = 0; r < 4; ++r) {
+    probs_values_row(prows[r], orow, vhead, first, slots, dim, full.data());
     std::memcpy(outs[r] + done, full.data() + done, static_cast<size_t>(dim - done) * 2);
   }
+}
+
+// Four rows' probs_values_row over the same value head, slots [first, first + slots) in slot order, together
+// (rows4_dims): the same bits as one at a time.
+void probs_values_rows4(const uint16_t* const* prows, const uint16_t* vhead, int64_t first, int64_t slots,
+                        int64_t dim, uint16_t* const* outs, specdec_bf16::Prefetcher* pf) {
+  const int64_t done = rows4_dims(prows, vhead + first * dim, slots, dim, outs, dim, pf);
+  rows4_rest(prows, nullptr, vhead, first, slots, dim, outs, done);
 }
 
 // Four rows' probs_values_row over the same value head that read the value slots in one order `orow` (the
-// query heads of one tree token that share a KV head): on AVX512 together, the same bits as one at a time.
+// query heads of one tree token that share a KV head), together: the same bits as one at a time.
 void probs_values_rows4_ordered(const uint16_t* const* prows, const int64_t* orow, const uint16_t* vhead,
                                 int64_t slots, int64_t dim, uint16_t* const* outs) {
-  int64_t done = 0;
-  if (has_avx512()) {
-    done = dim / 64 * 64;
-    rows4_dims16(prows, vhead, slots, dim, outs, done, nullptr, orow);
-  }
-  if (done == dim) return;
-  for (int r = 0; r < 4; ++r) {  // dims past the last multiple of 64: row by row, on a scratch row
-    std::vector<uint16_t> full(static_cast<size_t>(dim));
-    probs_values_row(prows[r], orow, vhead, 0, slots, dim, full.data());
-    std::memcpy(outs[r] + done, full.data() + done, static_cast<size_t>(dim - done) * 2);
-  }
+  const int64_t done = rows4_dims(prows, vhead, slots, dim, outs, dim, nullptr, orow);
+  rows4_rest(prows, orow, vhead, 0, slots, dim, outs, done);
 }
 
 #ifdef SPECDEC_AMX
