@@ -13,6 +13,7 @@
 #include <omp.h>
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -27,6 +28,7 @@ using specdec_bf16::float_to_bf16;
 using specdec_bf16::has_avx512;
 using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
+using specdec_bf16::load_bf16x16_split;
 
 inline void store_bf16x8(uint16_t* p, __m256 v) {
   const __m256i bits = _mm256_castps_si256(v);
@@ -38,10 +40,13 @@ inline void store_bf16x8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
 
-// G vectors (8 * G dims starting at d0) of one output row.
+// G vectors (8 * G dims starting at d0) of one output row: pairs of vectors from one 16-value load each (in
+// load_bf16x16_split's order, put back in dim order when stored), an odd last one widened alone; each
+// element's chain is the same either way.
 template <int G>
 inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
                       int64_t slots, int64_t dim, int64_t d0, uint16_t* out) {
+  constexpr int kPairs = G / 2;
   __m256 acc[G];
   for (int c = 0; c < G; ++c) acc[c] = _mm256_setzero_ps();
   for (int64_t s = 0; s < slots; ++s) {
@@ -49,9 +54,19 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
     if ((pb & 0x7FFF) == 0) continue;
     const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
     const uint16_t* v = vhead + (orow ? orow[s] : first + s) * dim + d0;
-    for (int c = 0; c < G; ++c) acc[c] = _mm256_fmadd_ps(p, load_bf16x8(v + 8 * c), acc[c]);
+    for (int c = 0; c < kPairs; ++c) {
+      __m256 lo, hi;
+      load_bf16x16_split(v + 16 * c, lo, hi);
+      acc[2 * c] = _mm256_fmadd_ps(p, lo, acc[2 * c]);
+      acc[2 * c + 1] = _mm256_fmadd_ps(p, hi, acc[2 * c + 1]);
+    }
+    if (G % 2) acc[G - 1] = _mm256_fmadd_ps(p, load_bf16x8(v + 16 * kPairs), acc[G - 1]);
   }
-  for (int c = 0; c < G; ++c) store_bf16x8(out + d0 + 8 * c, acc[c]);
+  for (int c = 0; c < kPairs; ++c) {
+    store_bf16x8(out + d0 + 16 * c, _mm256_permute2f128_ps(acc[2 * c], acc[2 * c + 1], 0x20));
+    store_bf16x8(out + d0 + 16 * c + 8, _mm256_permute2f128_ps(acc[2 * c], acc[2 * c + 1], 0x31));
+  }
+  if (G % 2) store_bf16x8(out + d0 + 16 * kPairs, acc[G - 1]);
 }
 
 // The same chains 16 dims per vector, on CPUs with AVX512F: every output element is still one FMA chain over
@@ -139,16 +154,60 @@ SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* v
   }
 }
 
-// The four rows' dims [0, dims) on AVX2 (a multiple of 8), one row after another: each element is one FMA
-// chain, so a pass over the slots is bound by the FMAs' latency with row_group's 8 accumulators, and sharing
-// each widened value vector among the four rows (two vectors a pass, as registers allow) was slower.
+// G vectors of one row's running sums (float32, `sums` at dim d0) carried on over slots [s0, s1) as
+// row_group's chains: pairs from one 16-value load each, an odd last vector alone.
+template <int G>
+inline void sums_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vbase, int64_t s0, int64_t s1,
+                       int64_t dim, int64_t d0, float* sums) {
+  constexpr int kPairs = G / 2;
+  __m256 acc[G];
+  for (int c = 0; c < G; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
+  for (int64_t s = s0; s < s1; ++s) {
+    const uint16_t pb = prow[s];
+    if ((pb & 0x7FFF) == 0) continue;
+    const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
+    const uint16_t* v = vbase + (orow ? orow[s] : s) * dim + d0;
+    for (int c = 0; c < kPairs; ++c) {
+      __m256 lo, hi;
+      load_bf16x16_split(v + 16 * c, lo, hi);
+      acc[2 * c] = _mm256_fmadd_ps(p, lo, acc[2 * c]);
+      acc[2 * c + 1] = _mm256_fmadd_ps(p, hi, acc[2 * c + 1]);
+    }
+    if (G % 2) acc[G - 1] = _mm256_fmadd_ps(p, load_bf16x8(v + 16 * kPairs), acc[G - 1]);
+  }
+  for (int c = 0; c < G; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
+}
+
+// The four rows' dims [0, dims) on AVX2 (whole vectors of 8; returns how many), kSlotBlock slots at a time
+// for all four rows: a long span's values (2 MB a head at 4k slots) came from L3 once per row, and now once;
+// the block's (128 KB at 256 dims) stay in L2 for the other rows (blocks of 64 and 1024 slots were slower). Each element is still its own row's FMA chain over the slots
+// in ascending order (the running sums stay float32 between blocks), rounded once: row_group's bits.
+constexpr int64_t kSlotBlock = 256;
+
 int64_t rows4_dims8(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
                     uint16_t* const* outs, int64_t dims, const int64_t* orow) {
   const int64_t done = dims / 8 * 8;
-  for (int r = 0; r < 4; ++r) {
-    int64_t d0 = 0;
-    for (; d0 + 64 <= done; d0 += 64) row_group<8>(prows[r], orow, vbase, 0, slots, dim, d0, outs[r]);
-    for (; d0 < done; d0 += 8) row_group<1>(prows[r], orow, vbase, 0, slots, dim, d0, outs[r]);
+  if (done == 0) return 0;
+  thread_local std::vector<float> sums;
+  sums.assign(static_cast<size_t>(4 * done), 0.0f);
+  for (int64_t s0 = 0; s0 < slots; s0 += kSlotBlock) {
+    const int64_t s1 = std::min(slots, s0 + kSlotBlock);
+    for (int r = 0; r < 4; ++r) {
+      float* rs = sums.data() + r * done;
+      int64_t d0 = 0;
+      for (; d0 + 64 <= done; d0 += 64) sums_group<8>(prows[r], orow, vbase, s0, s1, dim, d0, rs + d0);
+      for (; d0 < done; d0 += 8) sums_group<1>(prows[r], orow, vbase, s0, s1, dim, d0, rs + d0);
+    }
+  }
+  const int64_t paired = done / 64 * 64;  // sums_group<8>'s dims, in pairs of vectors
+  for (int r = 0; r < 4; ++r) {  // back in dim order, then rounded
+    const float* rs = sums.data() + r * done;
+    for (int64_t d = 0; d < paired; d += 16) {
+      const __m256 lo = _mm256_loadu_ps(rs + d), hi = _mm256_loadu_ps(rs + d + 8);
+      store_bf16x8(outs[r] + d, _mm256_permute2f128_ps(lo, hi, 0x20));
+      store_bf16x8(outs[r] + d + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+    }
+    for (int64_t d = paired; d < done; d += 8) store_bf16x8(outs[r] + d, _mm256_loadu_ps(rs + d));
   }
   return done;
 }
