@@ -40,20 +40,21 @@ inline void store_bf16x8(uint16_t* p, __m256 v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
 }
 
-// G vectors (8 * G dims starting at d0) of one output row: pairs of vectors from one 16-value load each (in
-// load_bf16x16_split's order, put back in dim order when stored), an odd last one widened alone; each
-// element's chain is the same either way.
+// G vectors (8 * G dims from d0) of one row's running sums (float32) carried on over slots [s0, s1): each
+// element a fused multiply-add chain over ascending s, skipping zero probabilities. Pairs of vectors come
+// from one 16-value load each, so `sums` holds them in load_bf16x16_split's order (store_group puts them
+// back); an odd last vector is widened alone.
 template <int G>
-inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
-                      int64_t slots, int64_t dim, int64_t d0, uint16_t* out) {
+inline void sums_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vbase, int64_t s0, int64_t s1,
+                       int64_t dim, int64_t d0, float* sums) {
   constexpr int kPairs = G / 2;
   __m256 acc[G];
-  for (int c = 0; c < G; ++c) acc[c] = _mm256_setzero_ps();
-  for (int64_t s = 0; s < slots; ++s) {
+  for (int c = 0; c < G; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
+  for (int64_t s = s0; s < s1; ++s) {
     const uint16_t pb = prow[s];
     if ((pb & 0x7FFF) == 0) continue;
     const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
-    const uint16_t* v = vhead + (orow ? orow[s] : first + s) * dim + d0;
+    const uint16_t* v = vbase + (orow ? orow[s] : s) * dim + d0;
     for (int c = 0; c < kPairs; ++c) {
       __m256 lo, hi;
       load_bf16x16_split(v + 16 * c, lo, hi);
@@ -62,11 +63,27 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
     }
     if (G % 2) acc[G - 1] = _mm256_fmadd_ps(p, load_bf16x8(v + 16 * kPairs), acc[G - 1]);
   }
-  for (int c = 0; c < kPairs; ++c) {
-    store_bf16x8(out + d0 + 16 * c, _mm256_permute2f128_ps(acc[2 * c], acc[2 * c + 1], 0x20));
-    store_bf16x8(out + d0 + 16 * c + 8, _mm256_permute2f128_ps(acc[2 * c], acc[2 * c + 1], 0x31));
+  for (int c = 0; c < G; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
+}
+
+// G vectors of sums_group's sums rounded to bfloat16, in dim order, at out.
+template <int G>
+inline void store_group(const float* sums, uint16_t* out) {
+  for (int c = 0; c < G / 2; ++c) {
+    const __m256 lo = _mm256_loadu_ps(sums + 16 * c), hi = _mm256_loadu_ps(sums + 16 * c + 8);
+    store_bf16x8(out + 16 * c, _mm256_permute2f128_ps(lo, hi, 0x20));
+    store_bf16x8(out + 16 * c + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
   }
-  if (G % 2) store_bf16x8(out + d0 + 16 * kPairs, acc[G - 1]);
+  if (G % 2) store_bf16x8(out + 16 * (G / 2), _mm256_loadu_ps(sums + 16 * (G / 2)));
+}
+
+// G vectors (8 * G dims starting at d0) of one output row.
+template <int G>
+inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vhead, int64_t first,
+                      int64_t slots, int64_t dim, int64_t d0, uint16_t* out) {
+  float sums[8 * G] = {};
+  sums_group<G>(prow, orow, orow ? vhead : vhead + first * dim, 0, slots, dim, d0, sums);
+  store_group<G>(sums, out + d0);
 }
 
 // The same chains 16 dims per vector, on CPUs with AVX512F: every output element is still one FMA chain over
@@ -154,34 +171,11 @@ SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* v
   }
 }
 
-// G vectors of one row's running sums (float32, `sums` at dim d0) carried on over slots [s0, s1) as
-// row_group's chains: pairs from one 16-value load each, an odd last vector alone.
-template <int G>
-inline void sums_group(const uint16_t* prow, const int64_t* orow, const uint16_t* vbase, int64_t s0, int64_t s1,
-                       int64_t dim, int64_t d0, float* sums) {
-  constexpr int kPairs = G / 2;
-  __m256 acc[G];
-  for (int c = 0; c < G; ++c) acc[c] = _mm256_loadu_ps(sums + 8 * c);
-  for (int64_t s = s0; s < s1; ++s) {
-    const uint16_t pb = prow[s];
-    if ((pb & 0x7FFF) == 0) continue;
-    const __m256 p = _mm256_set1_ps(bf16_to_float(pb));
-    const uint16_t* v = vbase + (orow ? orow[s] : s) * dim + d0;
-    for (int c = 0; c < kPairs; ++c) {
-      __m256 lo, hi;
-      load_bf16x16_split(v + 16 * c, lo, hi);
-      acc[2 * c] = _mm256_fmadd_ps(p, lo, acc[2 * c]);
-      acc[2 * c + 1] = _mm256_fmadd_ps(p, hi, acc[2 * c + 1]);
-    }
-    if (G % 2) acc[G - 1] = _mm256_fmadd_ps(p, load_bf16x8(v + 16 * kPairs), acc[G - 1]);
-  }
-  for (int c = 0; c < G; ++c) _mm256_storeu_ps(sums + 8 * c, acc[c]);
-}
-
 // The four rows' dims [0, dims) on AVX2 (whole vectors of 8; returns how many), kSlotBlock slots at a time
 // for all four rows: a long span's values (2 MB a head at 4k slots) came from L3 once per row, and now once;
-// the block's (128 KB at 256 dims) stay in L2 for the other rows (blocks of 64 and 1024 slots were slower). Each element is still its own row's FMA chain over the slots
-// in ascending order (the running sums stay float32 between blocks), rounded once: row_group's bits.
+// the block's (128 KB at 256 dims) stay in L2 for the other rows (blocks of 64 and 1024 slots were slower).
+// Each element is still its own row's FMA chain over the slots in ascending order (the running sums stay
+// float32 between blocks), rounded once: row_group's bits.
 constexpr int64_t kSlotBlock = 256;
 
 int64_t rows4_dims8(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
@@ -199,15 +193,10 @@ int64_t rows4_dims8(const uint16_t* const* prows, const uint16_t* vbase, int64_t
       for (; d0 < done; d0 += 8) sums_group<1>(prows[r], orow, vbase, s0, s1, dim, d0, rs + d0);
     }
   }
-  const int64_t paired = done / 64 * 64;  // sums_group<8>'s dims, in pairs of vectors
-  for (int r = 0; r < 4; ++r) {  // back in dim order, then rounded
-    const float* rs = sums.data() + r * done;
-    for (int64_t d = 0; d < paired; d += 16) {
-      const __m256 lo = _mm256_loadu_ps(rs + d), hi = _mm256_loadu_ps(rs + d + 8);
-      store_bf16x8(outs[r] + d, _mm256_permute2f128_ps(lo, hi, 0x20));
-      store_bf16x8(outs[r] + d + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
-    }
-    for (int64_t d = paired; d < done; d += 8) store_bf16x8(outs[r] + d, _mm256_loadu_ps(rs + d));
+  for (int r = 0; r < 4; ++r) {
+    int64_t d0 = 0;
+    for (; d0 + 64 <= done; d0 += 64) store_group<8>(sums.data() + r * done + d0, outs[r] + d0);
+    for (; d0 < done; d0 += 8) store_group<1>(sums.data() + r * done + d0, outs[r] + d0);
   }
   return done;
 }
