@@ -173,7 +173,7 @@ SPECDEC_AVX512 void rows4_dims16(const uint16_t* const* prows, const uint16_t* v
 
 // The four rows' dims [0, dims) on AVX2 (whole vectors of 8; returns how many), kSlotBlock slots at a time
 // for all four rows: a long span's values (2 MB a head at 4k slots) came from L3 once per row, and now once;
-// the block's (128 KB at 256 dims) stay in L2 for the other rows (blocks of 64 and 1024 slots were slower).
+// the block's (128 KB at 256 dims) stay in L2 for the other rows (blocks of 64 or 1,024 slots gained less).
 // Each element is still its own row's FMA chain over the slots in ascending order (the running sums stay
 // float32 between blocks), rounded once: row_group's bits.
 constexpr int64_t kSlotBlock = 256;
@@ -202,7 +202,7 @@ int64_t rows4_dims8(const uint16_t* const* prows, const uint16_t* vbase, int64_t
 }
 
 // Four rows' dims [0, dims) over one value head (vbase: the column 0's slot, or slot 0 with `orow`): on AVX512
-// rows4_dims16's 64 at a time, else rows4_dims8's row by row; returns the dims done.
+// rows4_dims16's 64 at a time, else rows4_dims8's blocks of slots; returns the dims done.
 int64_t rows4_dims(const uint16_t* const* prows, const uint16_t* vbase, int64_t slots, int64_t dim,
                    uint16_t* const* outs, int64_t dims, specdec_bf16::Prefetcher* pf, const int64_t* orow = nullptr) {
   if (has_avx512()) {
