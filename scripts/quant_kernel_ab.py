@@ -1,10 +1,11 @@
 """Before/after of the quantized-linear kernel in one process: one build (by default this CPU's best, e.g. the
 AMX-INT8 one) from another commit's kernels (or folder) and from this checkout, called in turn on the same
-int4 weights and inputs (the default model's LM head, 262144 x 640, and the 18 layers' four linears), the
+weights and inputs of one kind (--kind: int4 by default; int8 is also the GGUF's Q8_0 path, q4_1 its Q4_K one)
+on the default model's LM head, 262144 x 640, and the 18 layers' four linears, the
 median of 7 alternated timings per cell, and whether both builds give the same bits. On a machine whose
 speed drifts by tens of percent from minute to minute, only such interleaved timings compare two kernels.
 
-    .venv/bin/python scripts/quant_kernel_ab.py --before 2df1d98 --rows 1,8,16,32
+    .venv/bin/python scripts/quant_kernel_ab.py --before 2df1d98 --rows 1,8,16,32 [--kind q4_1]
 """
 
 from __future__ import annotations
@@ -52,22 +53,25 @@ def main() -> None:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--isa", default=None, help="the build to compare (amx_int8, avx512_vnni, avx2); by default "
                     "this CPU's best, the one whose tile width the weights are packed for")
+    ap.add_argument("--kind", default="int4", choices=("int4", "int8", "q4_1", "w8a8_int8"), help="the weights' kind")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
 
     from specdec.quantization.kernel import quant_isas
     from specdec.quantization.quantized_weight import QuantizedWeight
-    from specdec.quantization.weight_quantizers import quantize_int4
+    from specdec.quantization.weight_quantizers import quantize_int4, quantize_int8, quantize_q4_1, quantize_w8a8
 
     isa = args.isa or quant_isas()[0]
-    print(f"build: {isa}")
+    print(f"build: {isa}, kind: {args.kind}")
 
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(args.before) if Path(args.before).is_dir() else kernels_at(args.before, Path(tmp))
         modules = [build(before, isa), build(KERNELS, isa)]
     g = torch.Generator().manual_seed(0)
-    head = QuantizedWeight(quantize_int4(torch.randn(262144, 640, generator=g) * 0.05), 640, "int4")
-    layers = [QuantizedWeight(quantize_int4(torch.randn(n, k, generator=g) * 0.05), k, "int4") for n, k in LAYER_SHAPES]
+    quantizers = {"int4": quantize_int4, "int8": quantize_int8, "q4_1": quantize_q4_1, "w8a8_int8": quantize_w8a8}
+    quantize = quantizers[args.kind]
+    head = QuantizedWeight(quantize(torch.randn(262144, 640, generator=g) * 0.05), 640, args.kind)
+    layers = [QuantizedWeight(quantize(torch.randn(n, k, generator=g) * 0.05), k, args.kind) for n, k in LAYER_SHAPES]
     print(f"{'matrices':8} {'rows':>4} {'before ms':>10} {'after ms':>9} {'after/before':>12}  same bits")
     for m in (int(r) for r in args.rows.split(",")):
         xs = {k: torch.randn(m, k, generator=g).bfloat16() for k in (640, 1024, 2048)}

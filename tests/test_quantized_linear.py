@@ -215,6 +215,26 @@ def test_bfloat16_output_and_float32_input_give_the_same_bits(build, kind, sub):
     assert torch.equal(w.linear_rows(x.double(), torch.float32), want)  # other dtypes are read as float32
 
 
+def test_bfloat16_output_rounds_exact_ties_to_even_and_nan_to_0x7fc0(build):
+    """The kernels' vector bfloat16 stores round as torch does where it is hardest: outputs exactly
+    halfway between two bfloat16 values (to the even one), and NaN rows (0x7FC0, as c10::BFloat16).
+    Power-of-two scales make every output an exact integer times 2^-13, so many of them are ties."""
+    k, n, m = 32, 256, 16
+    g = torch.Generator().manual_seed(3)
+    q = torch.randint(-127, 128, (n, 1, BLOCK), generator=g, dtype=torch.int8)
+    w = QuantizedWeight(BlockWeights("s8r", q, torch.full((n, 1), 2.0**-10)), k, "s8r")
+    x = torch.randint(-127, 128, (m, k), generator=g).float() / 8
+    x[:, 0] = 127 / 8  # max|x| / 127 = 2^-3 exactly: x quantizes to the integers themselves
+    x[5, 3] = float("nan")
+    want = w.linear_float(x)
+    ties = (want.view(torch.int32) & 0xFFFF) == 0x8000
+    assert ties.sum() >= 8 and want[5].isnan().all()
+    got = w.linear_rows(x, torch.bfloat16).view(torch.int16)
+    finite = torch.arange(m) != 5
+    assert torch.equal(got[finite], want[finite].to(torch.bfloat16).view(torch.int16))
+    assert (got[5] == 0x7FC0).all()  # c10::BFloat16's NaN (torch's vector conversion gives 0xFFFF)
+
+
 @pytest.mark.parametrize("kind, sub", CASES + [("s8r", False), ("u4r", False)])
 def test_a_non_finite_input_makes_its_row_nan_as_in_the_reference(build, kind, sub):
     """A NaN or an infinity in x has no int8 value: its whole output row is NaN (as the reference's), not a

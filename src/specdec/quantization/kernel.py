@@ -22,7 +22,10 @@ from typing import Any
 
 from specdec.models import fast_linear
 
-_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp"]
+# hidden visibility: the builds' inline functions and templates bind within their own library, so two builds
+# in one process (the A/B scripts, the tests' build comparisons) never call into each other's, whose structs
+# may differ, and calls skip the PLT
+_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-mf16c", "-ffp-contract=off", "-fopenmp", "-fvisibility=hidden"]
 _VNNI_FLAGS = frozenset({"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512_vnni"})
 # ISA -> (extension name, source, CPU flags it needs, tile width in columns, extra compiler flags); the AVX512
 # sources enable their own ISAs (target pragmas), so all compile with AVX2's flags

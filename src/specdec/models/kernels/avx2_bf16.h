@@ -39,6 +39,16 @@ inline uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16);
 }
 
+// 8 float32 -> bfloat16 as float_to_bf16 rounds them (round to nearest even, NaN to 0x7FC0)
+inline __m128i to_bf16x8(__m256 v) {
+  const __m256i bits = _mm256_castps_si256(v);
+  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
+  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
+  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
+  // values up to 0xFFFF pack unchanged; packus works per 128-bit half, so quadwords 0 and 2 hold the 8
+  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08));
+}
+
 // AVX512 variants of the loops live beside the AVX2 ones in the same files (compiled with -mavx2): they
 // enable their ISA per function and run only where has_avx512() says the CPU has it.
 #define SPECDEC_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl")))

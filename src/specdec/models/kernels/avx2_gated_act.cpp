@@ -30,21 +30,13 @@ namespace {
 
 using specdec_bf16::has_avx512;
 using specdec_bf16::to_bf16x16;
+using specdec_bf16::to_bf16x8;
 using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 using specdec_exp::exp16;
 using specdec_exp::exp8;
 
 constexpr float kCube = 0.044715f, kMinus2Sqrt2OverPi = -1.5957691216f;
-// float32 -> bfloat16 bits as specdec_bf16::float_to_bf16 rounds them (nearest even, NaN to 0x7FC0)
-inline __m128i to_bf16x8(__m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  __m256i r = _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-  r = _mm256_blendv_epi8(r, _mm256_set1_epi32(0x7FC0), _mm256_castps_si256(_mm256_cmp_ps(v, v, _CMP_UNORD_Q)));
-  return _mm256_castsi256_si128(_mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0xD8));
-}
-
 inline __m128i act8(const uint16_t* g, const uint16_t* u, bool gelu) {
   const __m256 gv = load_bf16x8(g);
   __m256 z;

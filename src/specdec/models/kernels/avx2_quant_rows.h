@@ -35,6 +35,7 @@ struct RowQuant {
   std::vector<int8_t> q, absq;
   std::vector<float> dx;
   std::vector<int32_t> sums;
+  std::vector<int32_t> pair_sums;  // [m][pairs] u4r's: blocks 2p and 2p + 1's sums as int16 halves (lo, hi)
   int64_t m = 0, k = 0, blocks = 0;
 };
 
@@ -72,6 +73,17 @@ inline void quantize_row(const float* x, const float* act, int64_t m, RowQuant& 
     sums[b] = sum;
   }
   a.dx[m] = d;
+}
+
+// Row m's pair sums from its block sums (a missing last block's sum 0)
+inline void pack_pair_sums(int64_t m, RowQuant& a) {
+  const int64_t pairs = (a.blocks + 1) / 2;
+  const int32_t* sums = a.sums.data() + m * a.blocks;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int32_t lo = sums[2 * p], hi = 2 * p + 1 < a.blocks ? sums[2 * p + 1] : 0;
+    a.pair_sums[m * pairs + p] = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
+                                                      (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
+  }
 }
 
 inline __m256 load_scales(const float* p) { return _mm256_loadu_ps(p); }
@@ -116,51 +128,66 @@ void tile_s8r(const int8_t* w, const S* s, const RowQuant& a, int64_t row0, cons
   store_rows<R>(acc, s, a, row0, y, col);
 }
 
-// R rows against one tile of u4r weights (u4's nibbles: [blocks][4][8 columns][4 bytes], the low nibbles
-// groups 0-3, the high ones 4-7) and its integers
+// One block b of u4r weights (u4's nibbles: [4][8 columns][4 bytes], the low nibbles groups 0-3, the high
+// ones 4-7) against R rows: per row the 8 groups' products added in int16 (up to 30480), then one madd by the
+// block's multiplier a to int32. Groups outside, rows inside: one unpacked vector serves every row. The empty
+// asm pins each row's sum to a register at its step: without it GCC computed every product first and spilled
+// them (with the sums kept on the stack, 1.4x slower at 8-16 rows on the 2-core EPYC).
+template <int R>
+inline void block_u4r(const uint8_t* wb, __m256i a_pair, const int8_t* x, int64_t k, __m256i* acc) {
+  const __m256i low4 = _mm256_set1_epi8(0x0F);
+  __m256i sum16[R];
+  for (int h = 0; h < 4; ++h) {
+    const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
+    const __m256i lo = _mm256_and_si256(raw, low4), hi = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    for (int r = 0; r < R; ++r) {
+      int32_t xl, xh;
+      std::memcpy(&xl, x + r * k + 4 * h, 4);
+      std::memcpy(&xh, x + r * k + 4 * (h + 4), 4);
+      const __m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(lo, _mm256_set1_epi32(xl)),
+                                         _mm256_maddubs_epi16(hi, _mm256_set1_epi32(xh)));
+      sum16[r] = h == 0 ? p : _mm256_add_epi16(sum16[r], p);
+      asm volatile("" : "+x"(sum16[r]));
+    }
+  }
+  for (int r = 0; r < R; ++r) acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(sum16[r], a_pair));
+}
+
+// column c's a of block b in both int16 halves of lane c: madd(sum16, a_pair) = a * (lo + hi), the same int32
+// as a * madd(sum16, ones) (exact for any int16 a: 32768 * 30480 * 2 < 2^31) without a vpmulld, whose two
+// uops take the multiply pipe that the maddubs keep busy
+inline __m256i multipliers(const int16_t* ip, int64_t b) {
+  const __m256i a32 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 16 + 8 * (b & 1))));
+  return _mm256_or_si256(a32, _mm256_slli_epi32(a32, 16));
+}
+
+// R rows against one tile of u4r weights and its integers, a pair of blocks at a time: the blocks' products,
+// then -c_b sxq_b - c_b+1 sxq_b+1 per column by one madd with the row's packed pair sums (|sxq| <= 32 * 127
+// fits int16). Integer sums only, exact in any order: the same int32 as block by block.
 template <int R, typename S>
 void tile_u4r(const uint8_t* w, const int16_t* ints, const S* s, const RowQuant& a, int64_t row0,
               const specdec_quant::OutputRows& y, int64_t col) {
   __m256i acc[R];
   for (int r = 0; r < R; ++r) acc[r] = _mm256_setzero_si256();
-  const __m256i low4 = _mm256_set1_epi8(0x0F);
-  for (int64_t b = 0; b < a.blocks; ++b) {
-    const uint8_t* wb = w + b * kTile * kBlock / 2;
-    for (int l = 0; l < 2; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + 1024 + 64 * l), _MM_HINT_T0);
-    __m256i wv[8];
-    for (int h = 0; h < 4; ++h) {
-      const __m256i raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(wb + h * kBlock));
-      wv[h] = _mm256_and_si256(raw, low4);
-      wv[h + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-    }
-    const int16_t* ip = ints + (b / 2) * kIntsPerPair;
-    // column c's a in both int16 halves of lane c: madd(sum16, a_pair) = a * (lo + hi), the same int32 as
-    // a * madd(sum16, ones) (exact for any int16 a: 32768 * 30480 * 2 < 2^31) without a vpmulld, whose two
-    // uops take the multiply pipe that the maddubs keep busy
-    const __m256i a32 = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(ip + 16 + 8 * (b & 1))));
-    const __m256i a_pair = _mm256_or_si256(a32, _mm256_slli_epi32(a32, 16));
-    const bool pair_end = (b & 1) || b + 1 == a.blocks;
+  const int64_t pairs = (a.blocks + 1) / 2;
+  const int8_t* x = a.q.data() + row0 * a.k;
+  const int32_t* pair_sums = a.pair_sums.data() + row0 * pairs;
+  for (int64_t p = 0; p < pairs; ++p) {
+    const int16_t* ip = ints + p * kIntsPerPair;
+    const uint8_t* wb = w + p * 2 * kTile * kBlock / 2;  // the pair's 256 bytes
+    for (int l = 0; l < 4; ++l) _mm_prefetch(reinterpret_cast<const char*>(wb + 1024 + 64 * l), _MM_HINT_T0);
+    block_u4r<R>(wb, multipliers(ip, 0), x + 2 * p * kBlock, a.k, acc);
+    if (2 * p + 1 < a.blocks)
+      block_u4r<R>(wb + kTile * kBlock / 2, multipliers(ip, 1), x + (2 * p + 1) * kBlock, a.k, acc);
     const __m256i neg_c = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(ip));
     for (int r = 0; r < R; ++r) {
-      const int64_t m = row0 + r;
-      const int8_t* xq = a.q.data() + m * a.k + b * kBlock;
-      __m256i sum16 = _mm256_setzero_si256();
-      for (int g = 0; g < 8; ++g) {
-        int32_t xg;
-        std::memcpy(&xg, xq + 4 * g, 4);
-        sum16 = _mm256_add_epi16(sum16, _mm256_maddubs_epi16(wv[g], _mm256_set1_epi32(xg)));
-      }
-      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(sum16, a_pair));
-      if (pair_end) {  // -c_b sxq_b - c_b+1 sxq_b+1 per column (|sxq| <= 32 * 127 fits int16)
-        const int32_t lo = a.sums[m * a.blocks + (b & ~int64_t{1})];
-        const int32_t hi = (b & 1) ? a.sums[m * a.blocks + b] : 0;
-        const int32_t pair = static_cast<int32_t>(static_cast<uint32_t>(static_cast<uint16_t>(lo)) |
-                                                  (static_cast<uint32_t>(static_cast<uint16_t>(hi)) << 16));
-        acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(neg_c, _mm256_set1_epi32(pair)));
-      }
-    }
+      acc[r] = _mm256_add_epi32(acc[r], _mm256_madd_epi16(neg_c, _mm256_set1_epi32(pair_sums[r * pairs + p])));
+      asm volatile("" : "+x"(acc[r]));  // in a register: store_rows takes the array's address, and GCC had
+    }                                    // kept it on the stack throughout (a store and a load every block)
   }
-  store_rows<R>(acc, s, a, row0, y, col);
+  __m256i sums[R];
+  for (int r = 0; r < R; ++r) sums[r] = acc[r];
+  store_rows<R>(sums, s, a, row0, y, col);
 }
 
 // Every tile against every row of x into y (kind 3: s8r, 4: u4r); `ints` u4r's integers
@@ -178,8 +205,12 @@ void run_rows(const float* x, const float* act, int64_t m_size, int64_t k_size, 
   a.absq.assign(m_size * k_size, 0);
   a.dx.assign(m_size, 0.0f);
   a.sums.assign(m_size * a.blocks, 0);
-  for (int64_t m = 0; m < m_size; ++m) quantize_row(x, act, m, a);
   const int64_t tiles = quants.size(0), pairs = (a.blocks + 1) / 2;
+  a.pair_sums.assign(m_size * pairs, 0);
+  for (int64_t m = 0; m < m_size; ++m) {
+    quantize_row(x, act, m, a);
+    pack_pair_sums(m, a);
+  }
   const int64_t tile_bytes = kind == 3 ? a.blocks * kTile * kBlock : a.blocks * kTile * kBlock / 2;
   const auto* qp = static_cast<const uint8_t*>(quants.data_ptr());
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads())
