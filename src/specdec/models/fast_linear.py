@@ -52,7 +52,9 @@ _AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_b
                 "avx2_rms_norm.cpp", "avx2_gated_act.cpp", "avx2_softmax.cpp",
                 "avx2_rope.cpp", "avx2_draft_attention.cpp", "avx2_decoder_layer.cpp",
                 "avx2_draft_layer.cpp", "avx2_screened_columns.cpp"]
-_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp"]
+# hidden visibility, as the quantized kernel's builds: two builds in one process (scripts/attention_kernel_ab.py)
+# never bind each other's inline functions, whose structs may differ
+_AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fvisibility=hidden"]
 _BUILDS = {
     # the AMX file enables its own ISA (a target pragma), so the attention files compile exactly as for AVX2
     "amx": ("specdec_cpu_kernels_amx", ["avx2_module.cpp", "amx_rows_linear.cpp", "amx_rows_argmax_linear.cpp",
