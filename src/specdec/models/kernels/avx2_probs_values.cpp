@@ -30,14 +30,9 @@ using specdec_bf16::load_bf16x16;
 using specdec_bf16::load_bf16x8;
 using specdec_bf16::load_bf16x16_split;
 
+// rounded as float_to_bf16 (avx2_bf16.h's to_bf16x8)
 inline void store_bf16x8(uint16_t* p, __m256 v) {
-  const __m256i bits = _mm256_castps_si256(v);
-  const __m256i lsb = _mm256_and_si256(_mm256_srli_epi32(bits, 16), _mm256_set1_epi32(1));
-  const __m256i rounded =
-      _mm256_srli_epi32(_mm256_add_epi32(_mm256_add_epi32(bits, _mm256_set1_epi32(0x7FFF)), lsb), 16);
-  // 8 x uint32 (each < 65536) -> 8 x uint16: packus per 128-bit lane, then gather the two low quads
-  const __m256i packed = _mm256_permute4x64_epi64(_mm256_packus_epi32(rounded, rounded), 0x08);
-  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), _mm256_castsi256_si128(packed));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(p), specdec_bf16::to_bf16x8(v));
 }
 
 // G vectors (8 * G dims from d0) of one row's running sums (float32) carried on over slots [s0, s1): each
@@ -89,13 +84,8 @@ inline void row_group(const uint16_t* prow, const int64_t* orow, const uint16_t*
 // The same chains 16 dims per vector, on CPUs with AVX512F: every output element is still one FMA chain over
 // s in ascending order, so the bits are the AVX2 loop's.
 
-// round to nearest even as store_bf16x8 (no NaN can come out of a sum of finite products of probabilities)
 SPECDEC_AVX512 inline void store_bf16x16(uint16_t* p, __m512 v) {
-  const __m512i bits = _mm512_castps_si512(v);
-  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(bits, 16), _mm512_set1_epi32(1));
-  const __m512i rounded =
-      _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(bits, _mm512_set1_epi32(0x7FFF)), lsb), 16);
-  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), _mm512_cvtepi32_epi16(rounded));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), specdec_bf16::to_bf16x16(v));
 }
 
 template <int G>
