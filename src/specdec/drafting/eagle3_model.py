@@ -237,8 +237,8 @@ class Eagle3Drafter(SharedTargetParts):
     def _fused_step(self, h: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor, caches: list[DraftKVCache],
                     visibles: Sequence[Visibility]) -> torch.Tensor | None:
         """step_batch's kernel path in one C++ call (kernels/avx2_draft_layer.cpp: the same kernels and ops in
-        the same order, the same bits) where the kernels have it and every linear has its AMX-packed (or int8) copy;
-        None elsewhere (the caller runs the Python path)."""
+        the same order, the same bits) where the kernels have it and every linear has its AMX-packed (or int8)
+        copy or none (bfloat16 weights as they are); None elsewhere (the caller runs the Python path)."""
         kernel = _draft_kernel(h)
         if kernel is None or not hasattr(kernel, "draft_layer_call") or h.dim() != 2 or h.dtype != torch.bfloat16:
             return None
@@ -266,7 +266,8 @@ class Eagle3Drafter(SharedTargetParts):
     def _fused_arguments(self, kernel: Any) -> tuple[int, list[torch.Tensor], list[int], list[int], list[torch.Tensor]] | None:
         """draft_layer_call's weights (the linears' function address, the four linears' tiles and kinds, their
         output features, the three norms' float32 scales), gathered once per change of any weight: their
-        AMX-packed copies, or with use_int8_weights their int8 copies; None where a linear has neither."""
+        AMX-packed copies, or with use_int8_weights their int8 copies, or bfloat16 weights as they are where none
+        is packed; None otherwise."""
         layer = self.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         raw = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight, mlp.gate_proj.weight,
@@ -288,6 +289,10 @@ class Eagle3Drafter(SharedTargetParts):
                 if hasattr(kernel, "amx_packed_layer_linear_address") and all(p is not None for p in packed):
                     arguments = (kernel.amx_packed_layer_linear_address(),
                                  [t for p in packed for t in (p, empty, empty, empty)], features, features)
+                elif (hasattr(kernel, "rows_layer_linear_address") and all(p is None for p in packed)
+                      and all(w.dtype == torch.bfloat16 for w in weights)):  # as they are (rows_layer_linear.cpp)
+                    arguments = (kernel.rows_layer_linear_address(),
+                                 [t for w in weights for t in (w, empty, empty, empty)], features, features)
             if arguments is not None:
                 norms = [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()]
                 arguments = (*arguments, norms)

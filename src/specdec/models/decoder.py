@@ -206,7 +206,7 @@ class DecoderLayer(nn.Module):
         """decoder_layer_call's weight arguments (the linear's address, tiles, kinds, out_features, norm
         scales, and for bfloat16 the weights with their packed copies, checked before each call) when the four
         linears have no biases and are all quantized (QuantizedWeight, the quantized kernel built here) or
-        all bfloat16 weights packed for the AMX kernels; else None."""
+        all bfloat16 weights, all packed for the AMX kernels or all as they are; else None."""
         linears = [getattr(self, name) for name in ("qkv", "o", "gate_up", "down")]
         if any(m.bias is not None for m in linears):
             return None
@@ -224,15 +224,21 @@ class DecoderLayer(nn.Module):
             address = addresses.pop()
         else:
             kern = fast_linear.kernel()
-            copies = [fast_linear.packed_copy(m.weight) if isinstance(m.weight, torch.Tensor) else None
-                      for m in linears]
-            if kern is None or not hasattr(kern, "amx_packed_layer_linear_address") or any(c is None for c in copies):
+            weights = [m.weight for m in linears]
+            if kern is None or not all(isinstance(w, torch.Tensor) and w.dtype == torch.bfloat16 for w in weights):
                 return None
-            address = int(kern.amx_packed_layer_linear_address())
-            for m, copy in zip(linears, copies):
-                tiles += [copy, empty, empty, empty]
-                kinds.append(m.weight.shape[0])
-                packed.append((m.weight, copy))
+            copies = [fast_linear.packed_copy(w) for w in weights]
+            if hasattr(kern, "amx_packed_layer_linear_address") and all(c is not None for c in copies):
+                address = int(kern.amx_packed_layer_linear_address())
+            elif hasattr(kern, "rows_layer_linear_address") and all(c is None for c in copies):
+                # the weights as they are, through rows_linear (kernels/rows_layer_linear.cpp)
+                address = int(kern.rows_layer_linear_address())
+            else:
+                return None
+            for w, copy in zip(weights, copies):
+                tiles += [w if copy is None else copy, empty, empty, empty]
+                kinds.append(w.shape[0])
+                packed.append((w, copy))
         gemma = self.arch.gemma_norm
         # as rms_norm passes them to the kernel: float32 (1 + w) for Gemma, bfloat16 w otherwise
         scale = (lambda name: empty if name not in self.scales else
@@ -325,9 +331,11 @@ class DecoderLayer(nn.Module):
                 or cos.numel() != h.shape[0] * a.head_dim or a.activation not in ("gelu_tanh", "silu")):
             return None
         address, tiles, kinds, out_features, norms, packed = args
-        # a bfloat16 weight changed since it was packed (a fine-tune in place) would read a stale copy: the
-        # Python path, which packs it again, runs instead
-        if any(fast_linear.packed_copy(w) is not copy for w, copy in packed):
+        # a bfloat16 weight changed since it was packed (a fine-tune in place) would read a stale copy, and one
+        # replaced by another tensor (or packed since) would read the old one: the Python path runs instead
+        if packed and (any(fast_linear.packed_copy(w) is not copy for w, copy in packed)
+                       or any(getattr(self, name).weight is not w
+                              for name, (w, _) in zip(("qkv", "o", "gate_up", "down"), packed))):
             return None
         buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
         tiled = [s.cache.tile_buffers(self.index) for s in sequences]

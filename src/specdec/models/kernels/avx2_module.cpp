@@ -5,6 +5,7 @@
 #include <pybind11/stl.h>
 
 at::Tensor rows_linear(at::Tensor x, at::Tensor w);
+int64_t rows_layer_linear_address();
 #ifdef SPECDEC_AMX
 bool amx_ready();
 at::Tensor rows_argmax_linear(at::Tensor x, at::Tensor w);
@@ -73,6 +74,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "from amx_int8_head(w): the int8 head rules columns out, the bfloat16 one decides");
 #endif
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
+  m.def("rows_layer_linear_address", &rows_layer_linear_address, "rows_linear with quant_linear's signature, "
+        "for decoder_layer_call and draft_layer_call with bfloat16 weights as they are (its address)");
 #ifdef SPECDEC_PACKED_HEAD
   m.def("pack_bf16_panels", &pack_bf16_panels, "a bfloat16 weight [N, K] in 16-column panels of k pairs");
   m.def("packed_rows_linear", &packed_rows_linear, "float32 x @ w.T over columns [start, stop) of a packed w, "
