@@ -151,8 +151,9 @@ def test_bad_quantization_values_are_clear_errors(zoo):
 @pytest.mark.parametrize("mode", ["int8", "int4", "w8a8_int8", None])
 def test_the_one_call_layer_gives_the_python_layers_bits(quantized, monkeypatch, name, mode):
     """A layer whose linears are quantized, or bfloat16 (mode None: packed for the AMX kernels, else as they
-    are through rows_layer_linear.cpp), runs in one C++ call (kernels/avx2_decoder_layer.cpp); the Python steps it replaces give the same logits: a prefill,
-    a chain and a tree, one sequence and two in a batch, sliding windows (Gemma, Mistral: 8 tokens) included.
+    are through rows_layer_linear.cpp), runs in one C++ call (kernels/avx2_decoder_layer.cpp); the Python
+    steps it replaces give the same logits: a prefill, a chain and a tree, one sequence and two in a batch,
+    sliding windows (Gemma, Mistral: 8 tokens) included.
     Qwen2's projections have biases: that layer keeps the Python path."""
     kern = fast_linear.kernel()
     if kern is None or not hasattr(kern, "decoder_layer_call"):

@@ -204,7 +204,7 @@ class DecoderLayer(nn.Module):
 
     def _layer_call_args(self) -> tuple | None:
         """decoder_layer_call's weight arguments (the linear's address, tiles, kinds, out_features, norm
-        scales, and for bfloat16 the weights with their packed copies, checked before each call) when the four
+        scales, and for AMX-packed bfloat16 the weights with their copies, checked before each call) when the four
         linears have no biases and are all quantized (QuantizedWeight, the quantized kernel built here) or
         all bfloat16 weights, all packed for the AMX kernels or all as they are; else None."""
         linears = [getattr(self, name) for name in ("qkv", "o", "gate_up", "down")]
@@ -238,7 +238,8 @@ class DecoderLayer(nn.Module):
             for w, copy in zip(weights, copies):
                 tiles += [w if copy is None else copy, empty, empty, empty]
                 kinds.append(w.shape[0])
-                packed.append((w, copy))
+                if copy is not None:
+                    packed.append((w, copy))
         gemma = self.arch.gemma_norm
         # as rms_norm passes them to the kernel: float32 (1 + w) for Gemma, bfloat16 w otherwise
         scale = (lambda name: empty if name not in self.scales else
@@ -331,11 +332,9 @@ class DecoderLayer(nn.Module):
                 or cos.numel() != h.shape[0] * a.head_dim or a.activation not in ("gelu_tanh", "silu")):
             return None
         address, tiles, kinds, out_features, norms, packed = args
-        # a bfloat16 weight changed since it was packed (a fine-tune in place) would read a stale copy, and one
-        # replaced by another tensor (or packed since) would read the old one: the Python path runs instead
-        if packed and (any(fast_linear.packed_copy(w) is not copy for w, copy in packed)
-                       or any(getattr(self, name).weight is not w
-                              for name, (w, _) in zip(("qkv", "o", "gate_up", "down"), packed))):
+        # a bfloat16 weight changed since it was packed (a fine-tune in place) would read a stale copy: the
+        # Python path, which packs it again, runs instead (weights taken as they are are read as they are now)
+        if any(fast_linear.packed_copy(w) is not copy for w, copy in packed):
             return None
         buffers = [s.cache.layer(self.index, s.end - s.start) for s in sequences]
         tiled = [s.cache.tile_buffers(self.index) for s in sequences]
