@@ -94,7 +94,7 @@ def test_kernel_rows_do_not_depend_on_threads_or_column_slices():
         assert torch.equal(kern.rows_linear(x, w[start:stop]), one[:, start:stop])
 
 
-@pytest.mark.parametrize("rows", [5, 16])  # 16: the path that splits a tile's weights into float32 once
+@pytest.mark.parametrize("rows", [5, 16, 24])  # 24: the path that splits a tile's weights into float32 once
 def test_avx2_kernel_sums_in_its_documented_order(rows):
     """The AVX2 kernel's arithmetic, emulated in float32 (bfloat16 products are exact in float32): per
     chunk of 16 along K, lane l accumulates k = 16j + 2l, then k = 16j + 2l + 1; then the 8 lanes are
