@@ -44,14 +44,15 @@ def inputs(context: int, rows: int, window: int, g: torch.Generator) -> tuple:
             [context], torch.arange(context, context + rows), window, DIM**-0.5, [torch.empty(0)], [torch.empty(0)])
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def add_build_options(ap: argparse.ArgumentParser) -> None:
+    """--before, --threads and --isa, as before_and_after reads them."""
     ap.add_argument("--before", required=True, help="a commit (its kernels folder) or a kernels folder")
-    ap.add_argument("--cases", default="3500:1:global,3500:8:global,3500:16:global,3500:8:512,600:1:512,600:8:512",
-                    help="comma-separated context:rows:window (window: global or a slot count)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--isa", default=None, help="amx, avx512_bf16 or avx2; by default this CPU's best")
-    args = ap.parse_args()
+
+
+def before_and_after(args: argparse.Namespace) -> list:
+    """The bf16 kernels' builds of --before and of this checkout (torch set to --threads threads)."""
     torch.set_num_threads(args.threads)
 
     from specdec.models import fast_linear
@@ -60,7 +61,16 @@ def main() -> None:
     print(f"build: {isa}")
     with tempfile.TemporaryDirectory() as tmp:
         before = Path(args.before) if Path(args.before).is_dir() else kernels_at(args.before, Path(tmp))
-        modules = [build(before, isa), build(KERNELS, isa)]
+        return [build(before, isa), build(KERNELS, isa)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    add_build_options(ap)
+    ap.add_argument("--cases", default="3500:1:global,3500:8:global,3500:16:global,3500:8:512,600:1:512,600:8:512",
+                    help="comma-separated context:rows:window (window: global or a slot count)")
+    args = ap.parse_args()
+    modules = before_and_after(args)
     g = torch.Generator().manual_seed(0)
     print(f"{'context':>7} {'rows':>4} {'window':>6} {'before us':>10} {'after us':>9} {'before/after':>12}  same bits")
     for case in args.cases.split(","):

@@ -12,14 +12,11 @@ from __future__ import annotations
 
 import argparse
 import statistics
-import tempfile
 import time
-from pathlib import Path
 
 import torch
 
-from attention_kernel_ab import build
-from quant_kernel_ab import KERNELS, kernels_at
+from attention_kernel_ab import add_build_options, before_and_after
 
 LAYERS = 18
 SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))  # (out, in) features
@@ -27,21 +24,11 @@ SHAPES = ((1536, 640), (640, 1024), (4096, 640), (640, 2048))  # (out, in) featu
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--before", required=True, help="a commit (its kernels folder) or a kernels folder")
+    add_build_options(ap)
     ap.add_argument("--rows", default="1,4,8,16", help="comma-separated row counts")
     ap.add_argument("--repeats", type=int, default=15)
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--isa", default=None, help="amx, avx512_bf16 or avx2; by default this CPU's best")
     args = ap.parse_args()
-    torch.set_num_threads(args.threads)
-
-    from specdec.models import fast_linear
-
-    isa = args.isa or fast_linear._isas()[0]
-    print(f"build: {isa}")
-    with tempfile.TemporaryDirectory() as tmp:
-        before = Path(args.before) if Path(args.before).is_dir() else kernels_at(args.before, Path(tmp))
-        modules = [build(before, isa), build(KERNELS, isa)]
+    modules = before_and_after(args)
     g = torch.Generator().manual_seed(0)
     weights = [[(torch.randn(n, k, generator=g) * 0.05).bfloat16() for n, k in SHAPES] for _ in range(LAYERS)]
     print(f"{'rows':>4} {'before ms':>10} {'after ms':>9} {'after/before':>12}  same bits")
