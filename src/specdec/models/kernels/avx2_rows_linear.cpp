@@ -223,8 +223,9 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   float* yp = y.data_ptr<float>();
   convert_rows(xp, m_size, k_size, xfp, kp);
 
-  // Threads split the columns into tiles (a multiple of 24, so every row-block shape fits whole); within a
-  // tile each block of rows runs over all the tile's columns while the tile's weights sit in L2.
+  // Threads split the columns into tiles (a multiple of 24, so every row-block shape fits whole). Within a
+  // tile: up to 3 rows are one block over its columns; 4 to kSplitOnceRows - 1 rows run every block of rows
+  // per three columns (rows_tile_all); more, each block of rows over the tile's float32 copy in L2.
   const int threads = at::get_num_threads();
   const int64_t tile = n_size >= 48 * 8 * threads ? TILE_BIG : 24;
   const int64_t tiles = (n_size + tile - 1) / tile;
