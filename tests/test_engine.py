@@ -148,6 +148,25 @@ def test_plain_decoding_stats(zoo):
     check_stats(s)
 
 
+def test_verification_time_counts_the_head_scored_in_verify(zoo, monkeypatch):
+    """A lone greedy sequence scores the head inside verify() (head_max, row by row), after the forward:
+    that time is verification time too, so a slowed verify() must show in verify_seconds."""
+    import time
+
+    import specdec.engine.step as step
+
+    real = step.verify
+
+    def slow_verify(*args, **kwargs):
+        time.sleep(0.02)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(step, "verify", slow_verify)
+    s = run(zoo, "llama", None, PROMPTS[0], greedy(6)).spec_decoding_stats
+    assert s.num_steps == 5 and s.verify_seconds >= 5 * 0.02
+    check_stats(s)
+
+
 def test_llm_stats_aggregate_requests(zoo):
     llm = LLM(loaded=zoo.load("bigram"), speculative_config={"method": "ngram", "num_speculative_tokens": 4})
     outs = llm.generate(PROMPTS, greedy())

@@ -220,7 +220,10 @@ def _after_verify(seq: SequenceState, plan: _Planned, result: ForwardResult) -> 
                             head_max=runtime.head_max, vocab_size=runtime.vocab_size)
     else:
         target = TargetRows(logits=result.logits, argmax=result.argmax)
+    start = time.perf_counter()
     outcome = verify(verified.tokens, verified.parents, verified.probs, target, seq.params, seq.generator)
+    # a lone greedy sequence scores the head here, row by row (head_max), not in the forward: verification time
+    seq.stats.verify_seconds += time.perf_counter() - start
     runtime.commit([0, *(i + 1 for i in outcome.path)])
     if tree is None:
         if seq.proposer is not None:
