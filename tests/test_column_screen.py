@@ -18,10 +18,6 @@ KERNEL = fast_linear.kernel()
 pytestmark = pytest.mark.skipif(not hasattr(KERNEL, "screened_columns"), reason="needs the AVX2 kernels")
 
 
-def score(w: torch.Tensor):
-    return lambda rows, ids: KERNEL.rows_linear(rows, w[ids])
-
-
 def exact(x: torch.Tensor, w: torch.Tensor, start: int, stop: int) -> tuple[torch.Tensor, torch.Tensor]:
     logits = KERNEL.rows_linear(x, w)[:, start:stop]
     index = greedy_argmax(logits)
@@ -59,7 +55,7 @@ def test_screened_max_is_the_whole_slices_token_and_value(m: int, k: int, n: int
     w = torch.randn(n, k, generator=g).bfloat16()
     x = (torch.randn(m, k, generator=g) * torch.rand(m, k, generator=g).pow(8) * spread).bfloat16()
     start = int(n * cut)
-    got = screened_max(x, w, slice(start, n), score(w))
+    got = screened_max(x, w, slice(start, n))
     if got is None:  # flat rows keep most columns: the caller scores the whole slice
         return
     value, index = exact(x, w, start, n)
@@ -86,7 +82,7 @@ def test_rows_without_outliers_stay_within_int32(k: int) -> None:
     x = (torch.full((2, k), 3.0) + torch.rand(2, k) * 0.01).bfloat16()
     x[1] = -x[1]
     x[1, ::2] = 3.0
-    got = screened_max(x, w, slice(0, 3000), score(w))
+    got = screened_max(x, w, slice(0, 3000))
     assert got is not None
     value, index = exact(x, w, 0, 3000)
     assert torch.equal(got[1], index) and torch.equal(got[0], value)
@@ -108,7 +104,7 @@ def test_columns_the_int8_copy_cannot_tell_apart_are_decided_exactly() -> None:
     n = w.shape[0]
     kept = survivors(x, w, 0, n)
     assert all(len(cols) > 1 for cols in kept)
-    got = screened_max(x, w, slice(0, n), score(w))
+    got = screened_max(x, w, slice(0, n))
     assert got is not None
     assert torch.equal(got[1], exact(x, w, 0, n)[1]) and torch.equal(got[0], exact(x, w, 0, n)[0])
 
@@ -130,20 +126,20 @@ def test_equal_columns_give_the_first() -> None:
     w = (torch.randn(300, 64) * 0.1).bfloat16()
     w[200] = w[37] = w[250]  # the same best column three times
     x = (w[250:251].float() * 50).bfloat16()
-    got = screened_max(x, w, slice(0, 300), score(w))
+    got = screened_max(x, w, slice(0, 300))
     assert got is not None and int(got[1][0]) == 37
-    got = screened_max(x, w, slice(100, 300), score(w))
+    got = screened_max(x, w, slice(100, 300))
     assert got is not None and int(got[1][0]) == 100  # column 200, within the slice
 
 
 def test_zero_rows_pick_the_slices_first_column_and_non_finite_rows_fall_back() -> None:
     w = torch.randn(100, 32).bfloat16()
-    got = screened_max(torch.zeros(1, 32).bfloat16(), w, slice(10, 100), score(w))
+    got = screened_max(torch.zeros(1, 32).bfloat16(), w, slice(10, 100))
     assert got is not None and int(got[1][0]) == 0 and float(got[0][0]) == 0.0
     bad = torch.zeros(1, 32).bfloat16()
     bad[0, 3] = float("nan")
-    assert screened_max(bad, w, slice(0, 100), score(w)) is None
-    assert screened_max(torch.ones(MAX_ROWS + 1, 32).bfloat16(), w, slice(0, 100), score(w)) is None
+    assert screened_max(bad, w, slice(0, 100)) is None
+    assert screened_max(torch.ones(MAX_ROWS + 1, 32).bfloat16(), w, slice(0, 100)) is None
 
 
 def test_heads_it_cannot_copy_are_not_screened() -> None:
@@ -171,13 +167,13 @@ def test_greedy_decoding_is_the_same_with_the_screen_and_without(zoo, model: str
     unscreened = [LLM(loaded=loaded).generate(p, params)[0].outputs[0].token_ids for p in prompts]
     monkeypatch.delenv("SPECDEC_NO_HEAD_SCREEN")
     calls = []
-    real = screen_module.screened_columns_call
+    real = screen_module.screened_max_call
 
     def counted(*args):
         calls.append(args[0].shape[0])
         return real(*args)
 
-    monkeypatch.setattr(screen_module, "screened_columns_call", counted)
+    monkeypatch.setattr(screen_module, "screened_max_call", counted)
     for config in (None, {"method": "ngram", "num_speculative_tokens": 4}):
         llm = LLM(loaded=loaded, speculative_config=config)
         assert [llm.generate(p, params)[0].outputs[0].token_ids for p in prompts] == unscreened
@@ -196,7 +192,17 @@ def test_a_small_batchs_greedy_tokens_are_screened_and_the_same(zoo, monkeypatch
     unscreened = [o.outputs[0].token_ids for o in LLM(loaded=loaded).generate(prompts, params)]
     monkeypatch.delenv("SPECDEC_NO_HEAD_SCREEN")
     rows = []
-    real = screen_module.screened_columns_call
-    monkeypatch.setattr(screen_module, "screened_columns_call", lambda *a: rows.append(a[0].shape[0]) or real(*a))
+    real = screen_module.screened_max_call
+    monkeypatch.setattr(screen_module, "screened_max_call", lambda *a: rows.append(a[0].shape[0]) or real(*a))
     assert [o.outputs[0].token_ids for o in LLM(loaded=loaded).generate(prompts, params)] == unscreened
     assert 2 in rows
+
+
+def test_screened_max_refuses_a_head_that_does_not_match_its_copy() -> None:
+    w = torch.randn(100, 32).bfloat16()
+    parts = KERNEL.int8_head_tiles(w)
+    x = torch.randn(2, 32).bfloat16()
+    with pytest.raises(RuntimeError, match="bfloat16 head"):
+        KERNEL.screened_max(x, *parts, 0, 100, w[:, :31].contiguous())
+    with pytest.raises(RuntimeError, match="bfloat16 head"):
+        KERNEL.screened_max(x, *parts, 0, 100, w.float())

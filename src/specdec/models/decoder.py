@@ -446,7 +446,7 @@ class Decoder(nn.Module):
             return self.quantized_head.max_columns(hidden, columns)
         if self.packed_head is not None:
             return None
-        return screened_max(hidden, self.head_weight(), columns, self.logits)
+        return screened_max(hidden, self.head_weight(), columns)
 
     @property
     def screens_head(self) -> bool:
@@ -468,7 +468,7 @@ class Decoder(nn.Module):
         fused = fused_greedy_argmax(hidden, head)
         if fused is not None:
             return fused
-        found = screened_max(hidden, head, slice(0, head.shape[0]), self.logits)
+        found = screened_max(hidden, head, slice(0, head.shape[0]))
         return None if found is None else found[1]
 
     def forward(

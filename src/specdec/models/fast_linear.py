@@ -51,7 +51,8 @@ def _cpu_flags() -> frozenset[str]:
 _AVX2_SHARED = ["avx2_probs_values.cpp", "avx2_qk_scores.cpp", "avx2_attention_batch.cpp", "avx2_rows_argmax.cpp",
                 "avx2_rms_norm.cpp", "avx2_gated_act.cpp", "avx2_softmax.cpp",
                 "avx2_rope.cpp", "avx2_draft_attention.cpp", "avx2_decoder_layer.cpp",
-                "avx2_draft_layer.cpp", "avx2_screened_columns.cpp", "rows_layer_linear.cpp"]
+                "avx2_draft_layer.cpp", "avx2_screened_columns.cpp", "screened_head_max.cpp",
+                "rows_layer_linear.cpp"]
 # hidden visibility, as the quantized kernel's builds: two builds in one process (scripts/attention_kernel_ab.py)
 # never bind each other's inline functions, whose structs may differ
 _AVX2_FLAGS = ["-O3", "-mavx2", "-mfma", "-ffp-contract=off", "-fopenmp", "-fvisibility=hidden"]

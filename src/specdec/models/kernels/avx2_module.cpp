@@ -27,6 +27,8 @@ at::Tensor rows_argmax(at::Tensor x);
 std::vector<at::Tensor> int8_head_tiles(at::Tensor w);
 std::vector<at::Tensor> screened_columns(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1, at::Tensor c2,
                                          int64_t start, int64_t stop);
+std::vector<at::Tensor> screened_max(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1, at::Tensor c2,
+                                     int64_t start, int64_t stop, at::Tensor w);
 at::Tensor rms_norm_rows(at::Tensor x, at::Tensor scale, double eps, bool gemma);
 at::Tensor gated_act_mul(at::Tensor gate_up, bool gelu);
 at::Tensor softmax_rows(at::Tensor scores, int64_t first);
@@ -85,6 +87,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
         "screened_columns' bound: (q, scale, c1, c2), or () when it has a non-finite value");
   m.def("screened_columns", &screened_columns, "(columns, offsets): per row, the columns in [start, stop) that "
         "int8_head_tiles(w) cannot rule out as the row's first maximum of x @ w.T; () where it does not apply");
+  m.def("screened_max", &screened_max, "(values, indices): per row, the first maximum of rows_linear(x, w) over "
+        "[start, stop) and its logit, from screened_columns' candidates scored exactly; () where it does not apply");
   m.def("probs_values", &probs_values, "attention probs @ values, per-row slot order, row-independent");
   m.def("qk_scores", &qk_scores, "float32 attention scores q @ keys_t, row-independent");
   m.def("rms_norm_rows", &rms_norm_rows, "RMSNorm of bfloat16 rows, bfloat16 out, one fixed order per row");
