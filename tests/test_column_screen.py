@@ -206,3 +206,16 @@ def test_screened_max_refuses_a_head_that_does_not_match_its_copy() -> None:
         KERNEL.screened_max(x, *parts, 0, 100, w[:, :31].contiguous())
     with pytest.raises(RuntimeError, match="bfloat16 head"):
         KERNEL.screened_max(x, *parts, 0, 100, w.float())
+
+
+def test_screened_max_reads_a_head_with_any_strides() -> None:
+    """A head that is a view (rows further apart than their length, or transposed) gives the contiguous one's."""
+    torch.manual_seed(8)
+    wide = (torch.randn(300, 48) * 0.1).bfloat16()
+    x = (torch.randn(3, 32) * 2).bfloat16()
+    for w in (wide[:, :32], wide[:, :32].t().contiguous().t()):
+        assert not w.is_contiguous()
+        parts = KERNEL.int8_head_tiles(w.contiguous())
+        got = KERNEL.screened_max(x, *parts, 20, 300, w)
+        want = exact(x, w.contiguous(), 20, 300)
+        assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1])

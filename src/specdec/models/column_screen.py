@@ -6,8 +6,8 @@ On an AVX2 CPU a greedy decode step of one row is bound by reading the head (Gem
 bytes) and returns, per row, the columns whose proven upper bound reaches the row's best lower bound; those
 are scored with the head's own row kernel (`rows_linear`, as `Decoder.logits` scores token ids: every logit
 the same number as the whole head gives), and the first maximum among them, in column order, is the whole
-slice's: the same token and value as scoring every column. Its integer products grow with the rows while the read does not,
-so calls of more than MAX_ROWS rows score the head as before.
+slice's: the same token and value as scoring every column. Its integer products grow with the rows while the
+read does not, so calls of more than MAX_ROWS rows score the head as before.
 """
 
 from __future__ import annotations
