@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import time
 from collections.abc import Sequence
 from types import SimpleNamespace
 
@@ -13,6 +14,7 @@ import pytest
 import torch
 from specdec import LLM, SamplingParams
 from specdec.drafting.base import Draft, Proposer
+from specdec.engine import step as engine_step
 from specdec.verification import sampling_probs
 from stat_helpers import chi_square_pvalue, sample_token_ids
 
@@ -151,17 +153,13 @@ def test_plain_decoding_stats(zoo):
 def test_verification_time_counts_the_head_scored_in_verify(zoo, monkeypatch):
     """A lone greedy sequence scores the head inside verify() (head_max, row by row), after the forward:
     that time is verification time too, so a slowed verify() must show in verify_seconds."""
-    import time
-
-    import specdec.engine.step as step
-
-    real = step.verify
+    real = engine_step.verify
 
     def slow_verify(*args, **kwargs):
         time.sleep(0.02)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(step, "verify", slow_verify)
+    monkeypatch.setattr(engine_step, "verify", slow_verify)
     s = run(zoo, "llama", None, PROMPTS[0], greedy(6)).spec_decoding_stats
     assert s.num_steps == 5 and s.verify_seconds >= 5 * 0.02
     check_stats(s)
