@@ -405,3 +405,36 @@ def test_a_long_prompt_read_in_chunks_drafts_as_read_in_one_piece(mtp_llms, monk
     expect = [min(chunk, n - s) for n in (39, 38, 37) for s in range(0, n, chunk)]
     assert rows[: len(expect)] == expect  # begin: every depth in chunks
     _assert_same(*one, *chunked)
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_deeper_depths_read_only_the_last_positions_of_a_long_prompt(mtp_llms, monkeypatch, shape):
+    """Depths >= 2 start their caches DEEP_CONTEXT positions before the end of the context: begin reads the
+    whole prompt at depth 1 and only its tail deeper, and later drafts are bit-identical to those of a
+    proposer whose first draft reads it (the same first positions either way)."""
+    from specdec.drafting import mtp
+
+    monkeypatch.setattr(mtp, "DEEP_CONTEXT", 5)
+    llm = mtp_llms["gemma3_text"][1 if shape == "tree" else 0]
+    prompt = _prompts(llm.model, [40], seed=3)[0]
+    rows = _block_rows(monkeypatch, llm)
+    p, runtime = llm.new_proposer(), llm.model.new_runtime()
+    runtime.reset(64)
+    p.begin(prompt, GREEDY, None, 64, runtime.prefill(prompt))
+    assert rows == [39, 3, 2]  # depth 1: positions 0..38; depths 2, 3: from 40 - 5 = 35 to 40 - k
+    assert p.state.first_positions == [0, 35, 35]
+    assert p.state.caches[1].positions[:3].tolist() == [35, 36, 37]
+    _assert_same(*_run_steps(llm, [prompt], 0.9, False), *_run_steps(llm, [prompt], 0.9, False, read=False))
+
+
+@pytest.mark.parametrize("shape", ["chain", "tree"])
+def test_greedy_equals_plain_decoding_when_deeper_depths_skip_the_prompt(zoo, tmp_path, monkeypatch, shape):
+    from specdec.drafting import mtp
+
+    monkeypatch.setattr(mtp, "DEEP_CONTEXT", 3)
+    target = zoo.load("gemma3_text")
+    path = make_random_mtp(target, tmp_path / "d", draft_vocab_size=200, num_modules=2)
+    long_prompts = [" ".join(PROMPTS * 4), PROMPTS[2] * 6]
+    spec = _same_greedy(target, {"method": "mtp", "model": path, "num_speculative_tokens": 3,
+                                 **(TREE if shape == "tree" else {})}, long_prompts)
+    assert spec.stats.num_draft_tokens > 0  # drafts were made and verified

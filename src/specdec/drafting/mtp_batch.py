@@ -39,7 +39,7 @@ def draft_chains(states: Sequence[MTPState], tokens: Sequence[Sequence[int]], de
         parts, ids, finals, starts = [], [], [], []
         for j in active:
             st = states[j]
-            start, final = st.caches[k - 1].length, max(st.length + 1 - k, 0)  # entries [start, final) are kept
+            start, final = st.next_position(k), max(st.length + 1 - k, 0)  # entries [start, final) are kept
             i, part = st.entry_inputs(k, seqs[j], start, st.length, drafted[j])  # positions start..n
             parts.append(part)
             ids.append(i)

@@ -61,7 +61,7 @@ class MTPTreeGrower:
         ancestors included), their cache entries claimed."""
         s = self.state
         d, cache, dev = s.drafter, s.caches[k - 1], s.features.device
-        start, final = cache.length, max(s.length + 1 - k, 0)
+        start, final = s.next_position(k), max(s.length + 1 - k, 0)
         source = s.features if k == 1 else s.outputs[k - 2]
         owners = [u for u in owners if self._position(k, nodes[u]) >= 0]
         owned_at = [self._position(k, nodes[u]) for u in owners]
