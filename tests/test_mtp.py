@@ -429,6 +429,7 @@ def test_deeper_depths_read_only_the_last_positions_of_a_long_prompt(mtp_llms, m
 
 @pytest.mark.parametrize("shape", ["chain", "tree"])
 def test_greedy_equals_plain_decoding_when_deeper_depths_skip_the_prompt(zoo, tmp_path, monkeypatch, shape):
+    """Prompts far longer than DEEP_CONTEXT: every output still equals plain decoding."""
     from specdec.drafting import mtp
 
     monkeypatch.setattr(mtp, "DEEP_CONTEXT", 3)
