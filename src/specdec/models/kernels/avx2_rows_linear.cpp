@@ -4,7 +4,7 @@
 // a row's bits do not depend on how many rows share the call. Here every output element is one dot product
 // with a fixed order, whatever M, N, the blocking or the thread count:
 //   K is read in chunks of 16 (zero-padded at the end). One 256-bit load of 16 bfloat16 weights gives the
-//   8 even elements (shifted left 16 bits) and the 8 odd ones (high halves masked) as float32; x is
+//   8 even elements (shifted left 16 bits) and the 8 odd ones (high halves kept) as float32; x is
 //   converted once per call into the same layout ([8 even][8 odd] floats per chunk). Each output element
 //   has one 8-lane float32 accumulator: per chunk, FMA with the even lanes, then with the odd lanes, chunks
 //   in k order; then the fixed 8-lane sum of reduce8 below.
@@ -75,7 +75,6 @@ inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t
   __m256 acc[R * C];
   for (int i = 0; i < R * C; ++i) acc[i] = _mm256_setzero_ps();
   const int64_t full = k_size / kChunk;
-  const __m256i high = _mm256_set1_epi32(static_cast<int>(0xFFFF0000u));
   for (int64_t j = 0; j < full; ++j) {
     const int64_t k = j * kChunk;
     if (pf && (j & 1) == 0)  // a 64-byte line holds two chunks
@@ -88,9 +87,9 @@ inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t
       const __m256 xv = _mm256_loadu_ps(x + r * kp + k);
       for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * C + c]);
     }
-    for (int c = 0; c < C; ++c)
-      wv[c] = _mm256_castsi256_ps(
-          _mm256_and_si256(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c * k_size + k)), high));
+    for (int c = 0; c < C; ++c)  // the odd halves by two shifts: a mask constant would take a 17th register
+      wv[c] = _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_srli_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(w + c * k_size + k)), 16), 16));
     for (int r = 0; r < R; ++r) {
       const __m256 xv = _mm256_loadu_ps(x + r * kp + k + 8);
       for (int c = 0; c < C; ++c) acc[r * C + c] = _mm256_fmadd_ps(xv, wv[c], acc[r * C + c]);
