@@ -4,7 +4,7 @@
 // a row's bits do not depend on how many rows share the call. Here every output element is one dot product
 // with a fixed order, whatever M, N, the blocking or the thread count:
 //   K is read in chunks of 16 (zero-padded at the end). One 256-bit load of 16 bfloat16 weights gives the
-//   8 even elements (shifted left 16 bits) and the 8 odd ones (high halves kept) as float32; x is
+//   8 even elements (shifted left 16 bits) and the 8 odd ones (low halves cleared) as float32; x is
 //   converted once per call into the same layout ([8 even][8 odd] floats per chunk). Each output element
 //   has one 8-lane float32 accumulator: per chunk, FMA with the even lanes, then with the odd lanes, chunks
 //   in k order; then the fixed 8-lane sum of reduce8 below.
