@@ -59,7 +59,7 @@ def _kernel():
     return k
 
 
-ROW_COUNTS = (1, 2, 3, 5, 8, 17, 64, 200)
+ROW_COUNTS = (1, 2, 3, 5, 8, 17, 64, 97, 99, 100, 101, 200)  # 97-101: the outer product's last 1, 3, 4, 5 rows
 
 
 @pytest.mark.parametrize("k,n", [(640, 1030), (100, 53), (7, 24), (2048, 97)])
@@ -94,7 +94,8 @@ def test_kernel_rows_do_not_depend_on_threads_or_column_slices():
         assert torch.equal(kern.rows_linear(x, w[start:stop]), one[:, start:stop])
 
 
-@pytest.mark.parametrize("rows", [5, 16, 24])  # 24: the path that splits a tile's weights into float32 once
+# 24: the path that splits a tile's weights into float32 once; 100: the outer product (many rows)
+@pytest.mark.parametrize("rows", [5, 16, 24, 100])
 def test_avx2_kernel_sums_in_its_documented_order(rows):
     """The AVX2 kernel's arithmetic, emulated in float32 (bfloat16 products are exact in float32): per
     chunk of 16 along K, lane l accumulates k = 16j + 2l, then k = 16j + 2l + 1; then the 8 lanes are

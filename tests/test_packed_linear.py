@@ -1,6 +1,6 @@
-"""Weights packed once in the AMX tile layout (kernels/amx_packed_linear.cpp, fast_linear.pack_weight): the
-bits of the dense kernel for every shape, tail and row count, and a packed copy that is never used once
-its weight has changed."""
+"""Weights packed once (fast_linear.pack_weight) in the AMX tile layout (kernels/amx_packed_linear.cpp) or, on
+AVX2 CPUs, in lane panels (kernels/avx2_lane_panels_linear.cpp): the bits of the dense kernel for every shape,
+tail and row count, and a packed copy that is never used once its weight has changed."""
 
 from __future__ import annotations
 
@@ -9,9 +9,12 @@ import torch
 
 from specdec.models import fast_linear
 
-pytestmark = pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="weights are packed for the AMX kernels only")
+amx = pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="the AMX kernels' packing")
+lanes = pytest.mark.skipif(fast_linear.kernel_isa() != "avx2", reason="the AVX2 kernels' packing")
+packs = pytest.mark.skipif(fast_linear.kernel_isa() not in ("amx", "avx2"), reason="no packed weights here")
 
 
+@amx
 @pytest.mark.parametrize("m,k,n", [(1, 640, 1536), (5, 64, 70), (16, 100, 33), (17, 640, 4097), (33, 96, 40),
                                    (150, 2048, 97), (200, 640, 1030), (64, 7, 24)])
 def test_packed_weights_give_the_dense_kernels_bits(m: int, k: int, n: int) -> None:
@@ -26,20 +29,65 @@ def test_packed_weights_give_the_dense_kernels_bits(m: int, k: int, n: int) -> N
     assert torch.equal(alone, kern.rows_linear(x, w))
 
 
+@lanes
+@pytest.mark.parametrize("k,n", [(640, 1536), (64, 70), (100, 33), (2048, 97), (7, 24), (96, 8)])
+@pytest.mark.parametrize("m", [1, 4, 5, 7, 8, 13, 14, 20, 64, 95, 150])  # 7, 8, 13, 14: blocks of 4 + 3 and 4 + 4
+def test_lane_panels_give_the_dense_kernels_bits(m: int, k: int, n: int) -> None:
+    kern = fast_linear.kernel()
+    torch.manual_seed(m + k + n)
+    x, w = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16()
+    packed = kern.lane_panel_pack(w)
+    together = kern.lane_panel_linear(x, w, packed)
+    assert torch.equal(together, kern.rows_linear(x, w))
+    alone = torch.cat([kern.lane_panel_linear(x[i : i + 1], w, packed) for i in range(m)])
+    assert torch.equal(alone, together)
+
+
+@lanes
+def test_lane_panels_are_used_and_their_layout_is_the_documented_one() -> None:
+    """A panel holds 16 columns, [8 lanes][kp / 8 steps][16]; step t = 2j + e of lane l holds k = 16j + 2l + e,
+    columns c < 8 at 2c and c >= 8 at 2(c - 8) + 1. A packed copy that is not w's gives other numbers (the
+    panels are read, not w), with 5 rows and more."""
+    kern = fast_linear.kernel()
+    n, k = 20, 40
+    w = torch.arange(n * k, dtype=torch.float32).view(n, k).bfloat16()
+    packed = kern.lane_panel_pack(w).view(2, 8, 48 // 8, 16)  # kp = 48
+    for c, col in ((0, 0), (5, 10), (8, 1), (15, 15), (19, 6)):
+        for kk in (0, 3, 17, 39):
+            j, l, e = kk // 16, kk % 16 // 2, kk % 2
+            assert packed[c // 16, l, 2 * j + e, col] == w[c, kk]
+    assert packed[1, :, :, 8:].eq(0).all() and packed[:, 4:, 4:, :].eq(0).all()  # columns past 20, k past 40
+    other = kern.lane_panel_pack(torch.randn(n, k).bfloat16())
+    x = torch.randn(5, k).bfloat16()
+    assert not torch.equal(kern.lane_panel_linear(x, w, other), kern.rows_linear(x, w))
+    assert torch.equal(kern.lane_panel_linear(x[:4], w, other), kern.rows_linear(x[:4], w))  # 4 rows: w itself
+
+
+@lanes
+def test_lane_panels_of_another_shape_are_refused() -> None:
+    kern = fast_linear.kernel()
+    packed = kern.lane_panel_pack(torch.randn(40, 64).bfloat16())
+    with pytest.raises(RuntimeError, match="lane_panel_pack"):
+        kern.lane_panel_linear(torch.randn(8, 80).bfloat16(), torch.randn(40, 80).bfloat16(), packed)
+
+
+@packs
 def test_a_packed_copy_is_dropped_when_its_weight_changes() -> None:
     torch.manual_seed(0)
     w = torch.randn(64, 96).bfloat16()
-    x = torch.randn(3, 96).bfloat16()
+    x = torch.randn(6, 96).bfloat16()
+    dense = lambda: fast_linear.kernel().rows_linear(x, w).to(torch.bfloat16)  # noqa: E731
     assert fast_linear.pack_weight(w)
     assert fast_linear.packed_copy(w) is not None
     before = fast_linear.linear(x, w)
-    assert torch.equal(before, fast_linear.kernel().rows_linear_bf16(x, w))
+    assert torch.equal(before, dense())
     w.mul_(2)  # in place: the packed copy is stale
     assert fast_linear.packed_copy(w) is None
-    assert torch.equal(fast_linear.linear(x, w), fast_linear.kernel().rows_linear_bf16(x, w))
+    assert torch.equal(fast_linear.linear(x, w), dense())
     assert not torch.equal(fast_linear.linear(x, w), before)
 
 
+@amx
 def test_bad_shapes_are_refused() -> None:
     kern = fast_linear.kernel()
     packed = kern.amx_pack_weight(torch.randn(40, 64).bfloat16())
@@ -49,6 +97,7 @@ def test_bad_shapes_are_refused() -> None:
         kern.amx_packed_linear(torch.randn(2, 64).bfloat16(), packed, 100, True)
 
 
+@packs
 def test_the_decoder_packs_its_linears_and_gets_the_same_tokens(zoo) -> None:
     loaded = zoo.load("wide_llama")
     layer = loaded.decoder.layers[0]

@@ -244,7 +244,7 @@ class Eagle3Drafter(SharedTargetParts):
             return None
         if not all(isinstance(n, ListedVisibility) or (isinstance(n, int) and n <= KERNEL_ROWS) for n in visibles):
             return None
-        arguments = self._fused_arguments(kernel)
+        arguments = self._fused_arguments()
         if arguments is None or h.shape[0] == 0:
             return None
         address, tiles, kinds, features, norms = arguments
@@ -263,11 +263,11 @@ class Eagle3Drafter(SharedTargetParts):
             cache.length += n
         return out
 
-    def _fused_arguments(self, kernel: Any) -> tuple[int, list[torch.Tensor], list[int], list[int], list[torch.Tensor]] | None:
+    def _fused_arguments(self) -> tuple[int, list[torch.Tensor], list[int], list[int], list[torch.Tensor]] | None:
         """draft_layer_call's weights (the linears' function address, the four linears' tiles and kinds, their
-        output features, the three norms' float32 scales), gathered once per change of any weight: their
-        AMX-packed copies, or with use_int8_weights their int8 copies, or bfloat16 weights as they are where none
-        is packed; None otherwise."""
+        output features, the three norms' float32 scales), gathered once per change of any weight: with
+        use_int8_weights their int8 copies, else the bfloat16 weights through fast_linear.layer_linear_arguments
+        (their packed copies, or as they are where none is packed); None otherwise."""
         layer = self.layers[0]
         attn, mlp = layer.self_attn, layer.mlp
         raw = (attn.q_proj.weight, attn.k_proj.weight, attn.v_proj.weight, attn.o_proj.weight, mlp.gate_proj.weight,
@@ -277,7 +277,6 @@ class Eagle3Drafter(SharedTargetParts):
         if self._fused is None or self._fused[0] != key:
             weights = [attn._qkv.of(*raw[:3]), raw[3], mlp._gate_up.of(*raw[4:6]), raw[6]]
             features = [int(w.shape[0]) for w in weights]
-            empty = torch.empty(0)
             arguments = None
             if self.int8 is not None:
                 int8 = [self.int8.of(name, w) for name, w in zip(("qkv", "o", "gate_up", "down"), weights)]
@@ -285,14 +284,9 @@ class Eagle3Drafter(SharedTargetParts):
                 if len({a[2] for a in args}) == 1 and args[0][2] != 0:
                     arguments = (args[0][2], [t for a in args for t in a[0]], [a[1] for a in args], features)
             else:
-                packed = [fast_linear.packed_copy(w) for w in weights]
-                if hasattr(kernel, "amx_packed_layer_linear_address") and all(p is not None for p in packed):
-                    arguments = (kernel.amx_packed_layer_linear_address(),
-                                 [t for p in packed for t in (p, empty, empty, empty)], features, features)
-                elif (hasattr(kernel, "rows_layer_linear_address") and all(p is None for p in packed)
-                      and all(w.dtype == torch.bfloat16 for w in weights)):  # as they are (rows_layer_linear.cpp)
-                    arguments = (kernel.rows_layer_linear_address(),
-                                 [t for w in weights for t in (w, empty, empty, empty)], features, features)
+                layer_linear = fast_linear.layer_linear_arguments(weights)
+                if layer_linear is not None:
+                    arguments = (*layer_linear, features, features)
             if arguments is not None:
                 norms = [layer.hidden_norm.scale(), layer.input_layernorm.scale(), layer.post_attention_layernorm.scale()]
                 arguments = (*arguments, norms)

@@ -196,7 +196,7 @@ class DecoderLayer(nn.Module):
             q = norm_scale(self.q_norm, gemma).expand(a.num_heads, -1)
             k = norm_scale(self.k_norm, gemma).expand(a.num_kv_heads, -1)
             self.scales["qk_norm"] = torch.cat([q, k])  # [heads + kv_heads, head_dim]
-        for name in ("qkv", "o", "gate_up", "down"):  # inference weights in the AMX layout (not while training)
+        for name in ("qkv", "o", "gate_up", "down"):  # inference weights packed for the kernels (not while training)
             weight = getattr(self, name).weight
             if isinstance(weight, torch.Tensor) and not weight.requires_grad:
                 fast_linear.pack_weight(weight)
@@ -204,9 +204,9 @@ class DecoderLayer(nn.Module):
 
     def _layer_call_args(self) -> tuple | None:
         """decoder_layer_call's weight arguments (the linear's address, tiles, kinds, out_features, norm
-        scales, and for AMX-packed bfloat16 the weights with their copies, checked before each call) when the four
-        linears have no biases and are all quantized (QuantizedWeight, the quantized kernel built here) or
-        all bfloat16 weights, all packed for the AMX kernels or all as they are; else None."""
+        scales, and for packed bfloat16 weights the weights with their copies, checked before each call) when the
+        four linears have no biases and are all quantized (QuantizedWeight, the quantized kernel built here) or
+        all bfloat16 weights, all packed (fast_linear.pack_weight) or all as they are; else None."""
         linears = [getattr(self, name) for name in ("qkv", "o", "gate_up", "down")]
         if any(m.bias is not None for m in linears):
             return None
@@ -223,23 +223,13 @@ class DecoderLayer(nn.Module):
                 return None
             address = addresses.pop()
         else:
-            kern = fast_linear.kernel()
             weights = [m.weight for m in linears]
-            if kern is None or not all(isinstance(w, torch.Tensor) and w.dtype == torch.bfloat16 for w in weights):
+            arguments = fast_linear.layer_linear_arguments(weights)
+            if arguments is None:
                 return None
-            copies = [fast_linear.packed_copy(w) for w in weights]
-            if hasattr(kern, "amx_packed_layer_linear_address") and all(c is not None for c in copies):
-                address = int(kern.amx_packed_layer_linear_address())
-            elif hasattr(kern, "rows_layer_linear_address") and all(c is None for c in copies):
-                # the weights as they are, through rows_linear (kernels/rows_layer_linear.cpp)
-                address = int(kern.rows_layer_linear_address())
-            else:
-                return None
-            for w, copy in zip(weights, copies):
-                tiles += [w if copy is None else copy, empty, empty, empty]
-                kinds.append(w.shape[0])
-                if copy is not None:
-                    packed.append((w, copy))
+            address, tiles = arguments
+            kinds = [w.shape[0] for w in weights]
+            packed = [(w, c) for w in weights if (c := fast_linear.packed_copy(w)) is not None]
         gemma = self.arch.gemma_norm
         # as rms_norm passes them to the kernel: float32 (1 + w) for Gemma, bfloat16 w otherwise
         scale = (lambda name: empty if name not in self.scales else

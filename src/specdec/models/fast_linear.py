@@ -67,8 +67,10 @@ _BUILDS = {
     "avx512_bf16": ("specdec_cpu_kernels_avx512bf16",
                     ["avx2_module.cpp", "bf16_rows_linear.cpp", "bf16_packed_linear.cpp", *_AVX2_SHARED],
                     [*_AVX2_FLAGS, "-DSPECDEC_PACKED_HEAD"]),
-    "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", *_AVX2_SHARED],
-             _AVX2_FLAGS),
+    # avx2_lane_panels_linear.cpp: a second copy of the layers' weights for 5 rows and more (pack_weight)
+    "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_lane_panels_linear.cpp",
+                                         *_AVX2_SHARED],
+             [*_AVX2_FLAGS, "-DSPECDEC_LANE_PANELS"]),
 }
 
 
@@ -149,26 +151,55 @@ _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 
 def pack_weight(weight: torch.Tensor) -> bool:
-    """Keeps a copy of a bfloat16 CPU weight [N, K] in the AMX kernels' tile layout beside it
-    (kernels/amx_packed_linear.cpp: the same bits as the dense kernel, without re-laying the weight out on
-    every call). `linear` then uses it for as long as the weight is unchanged (an in-place change or a new
-    storage drops back to the dense path). False where there is no AMX kernel. Costs the weight's size once
-    more in memory, so the decoder packs its layers' linears and not the embedding-sized LM head."""
+    """Keeps a copy of a bfloat16 CPU weight [N, K] beside it in a layout of the kernels that computes the same
+    bits faster for several rows: the AMX tiles (kernels/amx_packed_linear.cpp, every row count) or, on AVX2
+    CPUs, the lane panels (kernels/avx2_lane_panels_linear.cpp, 5 rows and more: verification and batches).
+    `linear` then uses it for as long as the weight is unchanged (an in-place change or a new storage drops
+    back to the dense path). False where there is no such kernel. Costs the weight's size once more in memory,
+    so the decoder packs its layers' linears and not the embedding-sized LM head."""
     k = kernel()
-    if (k is None or not hasattr(k, "amx_pack_weight") or weight.dtype != torch.bfloat16
-            or weight.device.type != "cpu" or weight.dim() != 2 or weight.numel() == 0):
+    pack = getattr(k, "amx_pack_weight", None) or getattr(k, "lane_panel_pack", None)
+    if (pack is None or weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.dim() != 2
+            or weight.numel() == 0):
         return False
     with torch.no_grad():
-        _PACKED[weight] = ((weight._version, weight.data_ptr()), k.amx_pack_weight(weight.detach()))
+        _PACKED[weight] = ((weight._version, weight.data_ptr()), pack(weight.detach()))
     return True
 
 
 def packed_copy(weight: torch.Tensor) -> torch.Tensor | None:
-    """The AMX-layout copy `linear` uses for `weight` (pack_weight), while the weight is unchanged; else None."""
+    """The packed copy `linear` uses for `weight` (pack_weight), while the weight is unchanged; else None."""
     entry = _PACKED.get(weight)
     if entry is None or entry[0] != (weight._version, weight.data_ptr()):
         return None
     return entry[1]
+
+
+def _packed_rows(k: Any, x: torch.Tensor, weight: torch.Tensor, packed: torch.Tensor) -> torch.Tensor:
+    """float32 x @ weight.T through weight's packed copy (pack_weight): the bits of k.rows_linear(x, weight)."""
+    if hasattr(k, "amx_packed_linear"):
+        return k.amx_packed_linear(x, packed, weight.shape[0], False)
+    return k.lane_panel_linear(x, weight, packed)
+
+
+def layer_linear_arguments(weights: list[torch.Tensor]) -> tuple[int, list[torch.Tensor]] | None:
+    """For the one-call layers (decoder_layer_call, draft_layer_call) on bfloat16 weights: the address of the
+    linear they call and its 4 tiles per weight (kernels/layer_linear.h), through the weights' packed copies
+    when all have one, or as they are when none has; None without a kernel for that."""
+    k = kernel()
+    if k is None or not all(isinstance(w, torch.Tensor) and w.dtype == torch.bfloat16 for w in weights):
+        return None
+    copies = [packed_copy(w) for w in weights]
+    empty = torch.empty(0)
+    if all(c is not None for c in copies):
+        if hasattr(k, "amx_packed_layer_linear_address"):  # the AMX tiles alone
+            return int(k.amx_packed_layer_linear_address()), [t for c in copies for t in (c, empty, empty, empty)]
+        if hasattr(k, "lane_panel_layer_linear_address"):  # the weight (fewer than 5 rows) and its lane panels
+            address = int(k.lane_panel_layer_linear_address())
+            return address, [t for w, c in zip(weights, copies) for t in (w, c, empty, empty)]
+    if all(c is None for c in copies) and hasattr(k, "rows_layer_linear_address"):  # as they are
+        return int(k.rows_layer_linear_address()), [t for w in weights for t in (w, empty, empty, empty)]
+    return None
 
 
 def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor | None:
@@ -179,7 +210,7 @@ def _kernel_rows(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     if k is None:
         return None
     packed = packed_copy(weight)
-    y = k.rows_linear(x, weight) if packed is None else k.amx_packed_linear(x, packed, weight.shape[0], False)
+    y = k.rows_linear(x, weight) if packed is None else _packed_rows(k, x, weight, packed)
     return y if bias is None else y.add_(bias.float())
 
 

@@ -17,6 +17,11 @@ std::vector<at::Tensor> amx_int8_head(at::Tensor w);
 std::tuple<at::Tensor, at::Tensor> amx_screened_argmax(at::Tensor x, at::Tensor q, at::Tensor scale, at::Tensor c1,
                                                        at::Tensor c2, at::Tensor w);
 #endif
+#ifdef SPECDEC_LANE_PANELS
+at::Tensor lane_panel_pack(at::Tensor w);
+at::Tensor lane_panel_linear(at::Tensor x, at::Tensor w, at::Tensor packed);
+int64_t lane_panel_layer_linear_address();
+#endif
 #ifdef SPECDEC_PACKED_HEAD
 at::Tensor pack_bf16_panels(at::Tensor w);
 at::Tensor packed_rows_linear(at::Tensor x, at::Tensor packed, int64_t n_size, int64_t start, int64_t stop);
@@ -78,6 +83,13 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("rows_linear", &rows_linear, "float32 x @ w.T for bfloat16 rows, row-independent");
   m.def("rows_layer_linear_address", &rows_layer_linear_address, "rows_linear with quant_linear's signature, "
         "for decoder_layer_call and draft_layer_call with bfloat16 weights as they are (its address)");
+#ifdef SPECDEC_LANE_PANELS
+  m.def("lane_panel_pack", &lane_panel_pack, "a bfloat16 weight [N, K] as lane panels (avx2_lane_panels.h)");
+  m.def("lane_panel_linear", &lane_panel_linear, "rows_linear(x, w) through w's lane panels: the same bits, "
+        "faster for 8 rows and more");
+  m.def("lane_panel_layer_linear_address", &lane_panel_layer_linear_address, "lane_panel_linear with "
+        "quant_linear's signature, for decoder_layer_call with the lane panels in the tile after each weight");
+#endif
 #ifdef SPECDEC_PACKED_HEAD
   m.def("pack_bf16_panels", &pack_bf16_panels, "a bfloat16 weight [N, K] in 16-column panels of k pairs");
   m.def("packed_rows_linear", &packed_rows_linear, "float32 x @ w.T over columns [start, stop) of a packed w, "

@@ -9,8 +9,9 @@
 //   has one 8-lane float32 accumulator: per chunk, FMA with the even lanes, then with the odd lanes, chunks
 //   in k order; then the fixed 8-lane sum of reduce8 below.
 // Blocking (4 rows x 3 columns of accumulators for M >= 4, 1 x 8 for a single row, ...), threads (over
-// tiles of columns) and where the weights are converted (in registers for few rows, once per tile into a
-// float32 buffer for many: kSplitOnceRows) only decide which element is computed when, never how.
+// tiles of columns), where the weights are converted (in registers for few rows, once per tile into a
+// float32 buffer for many: kSplitOnceRows) and the form (dot products, or from kPanelRows rows on the same
+// chains as an outer product, avx2_lane_panels.h) only decide which element is computed when, never how.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty.h>
 #include <ATen/Parallel.h>
@@ -23,9 +24,12 @@
 #include <type_traits>
 #include <vector>
 
+#include "avx2_lane_panels.h"
+
 namespace {
 
-constexpr int64_t kChunk = 16;
+using namespace specdec_lanes;
+
 // from this many rows on, a tile's weights are split into float32 once per tile (see rows_linear); below it
 // rows_tile_all's single pass over the tile was faster (2-core EPYC, all 72 linears of Gemma 3 270M with cold
 // weights: 12 rows 0.84x, 16 rows 0.90x the time of the split, 24 rows 1.02x)
@@ -39,11 +43,6 @@ constexpr int64_t kSplitOnceRows = SPLIT_ONCE;
 #ifndef TILE_BIG
 #define TILE_BIG 48
 #endif
-
-inline void split_bf16(__m256i raw, __m256& even, __m256& odd) {
-  even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
-  odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
-}
 
 // out[i] = ((v_i[0] + v_i[1]) + (v_i[2] + v_i[3])) + ((v_i[4] + v_i[5]) + (v_i[6] + v_i[7])): the one
 // horizontal sum every element goes through (lanes are independent, so padding with zeros changes nothing).
@@ -203,6 +202,58 @@ void convert_rows(const uint16_t* x, int64_t m_size, int64_t k_size, float* xf, 
   }
 }
 
+// cols rows of w (bfloat16, row stride k_size) -> panels [p][8 lanes][t_size][16 columns] of float32, zero
+// past k_size and past cols (those columns are computed and dropped). Per chunk of 16 along K and 8 columns:
+// the even and the odd halves of 8 rows (split_bf16), each transposed so that a lane's 8 columns are one store.
+void lane_panels(const uint16_t* w, int64_t cols, int64_t k_size, int64_t kp, float* wl) {
+  const int64_t t_size = kp / kLanes, full = k_size / kChunk;
+  for (int64_t n0 = 0; n0 < cols; n0 += 8) {
+    float* dst = wl + (n0 / kPanel) * kLanes * t_size * kPanel + n0 % kPanel;
+    for (int64_t j = 0; j < kp / kChunk; ++j) {
+      __m256 even[8], odd[8], out[8];
+      for (int64_t c = 0; c < 8; ++c) {
+        const uint16_t* src = w + (n0 + c) * k_size + j * kChunk;
+        __m256i raw = _mm256_setzero_si256();
+        if (n0 + c < cols && j < full) {
+          raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+        } else if (n0 + c < cols) {  // the last chunk, zero-padded
+          alignas(32) uint16_t buf[kChunk] = {};
+          std::memcpy(buf, src, static_cast<size_t>(k_size - j * kChunk) * sizeof(uint16_t));
+          raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
+        }
+        split_bf16(raw, even[c], odd[c]);
+      }
+      transpose8(even, out);
+      for (int64_t l = 0; l < kLanes; ++l) _mm256_store_ps(dst + (l * t_size + 2 * j) * kPanel, out[l]);
+      transpose8(odd, out);
+      for (int64_t l = 0; l < kLanes; ++l) _mm256_store_ps(dst + (l * t_size + 2 * j + 1) * kPanel, out[l]);
+    }
+  }
+  if (cols % kPanel != 0 && cols % kPanel <= 8) {  // the last panel's second half: zero columns
+    float* dst = wl + (cols / kPanel) * kLanes * t_size * kPanel + 8;
+    for (int64_t i = 0; i < kLanes * t_size; ++i) _mm256_store_ps(dst + i * kPanel, _mm256_setzero_ps());
+  }
+}
+
+// from this many rows on, rows_linear computes as an outer product (avx2_lane_panels.h); below, the weights'
+// conversion per tile costs more than the form gains (2-core EPYC, the 72 linears of Gemma 3 270M, alternated:
+// 64 rows 1.02x, 96 rows 0.96x, 256 rows 0.97x, 2048 rows 0.88x the time of the split-once path)
+constexpr int64_t kPanelRows = 96;
+
+// rows_linear for m_size >= kPanelRows, x already in lane_rows' layout (xl): each tile of panels is converted
+// once into this thread's buffer, which stays in L2 while every row passes over it.
+void panel_linear(const uint16_t* w, int64_t n_size, int64_t k_size, const float* xl, int64_t m_size, int64_t kp,
+                  float* y) {
+  over_tiles(n_size, [&](int64_t n0, int64_t cols, int64_t next_n0, int64_t next_cols) {
+    thread_local std::vector<float> panel_buffer;
+    panel_buffer.resize(static_cast<size_t>(3 * kPanel * kp) + 8);
+    float* wl = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_buffer.data()) + 31) & ~uintptr_t(31));
+    lane_panels(w + n0 * k_size, cols, k_size, kp, wl);
+    panel_tile(wl, xl, m_size, kp, y + n0, n_size, cols, reinterpret_cast<const char*>(w + next_n0 * k_size),
+               next_cols * k_size * static_cast<int64_t>(sizeof(uint16_t)));
+  });
+}
+
 }  // namespace
 
 at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
@@ -220,6 +271,11 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   const auto* wp = reinterpret_cast<const uint16_t*>(w.data_ptr<at::BFloat16>());
   float* xfp = xf.data_ptr<float>();
   float* yp = y.data_ptr<float>();
+  if (m_size >= kPanelRows) {  // xf holds x in lane_rows' layout instead
+    lane_rows(xp, m_size, k_size, kp, xfp);
+    panel_linear(wp, n_size, k_size, xfp, m_size, kp, yp);
+    return y;
+  }
   convert_rows(xp, m_size, k_size, xfp, kp);
 
   // Threads split the columns into tiles (a multiple of 24, so every row-block shape fits whole). Within a
