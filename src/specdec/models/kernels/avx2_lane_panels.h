@@ -32,8 +32,10 @@ constexpr int kPanelRowsMax = 6;  // rows of one block: 12 accumulators, 2 weigh
 
 // The blocks of rows, (first row, rows), as lane_rows lays x out and panel_tile computes: blocks of 6; with
 // 7 or 8 rows left, 4 + 3 or 4 + 4 (a block of 1 or 2 rows keeps the FMAs waiting on loads).
-inline std::vector<std::pair<int64_t, int64_t>> row_blocks(int64_t m_size) {
-  std::vector<std::pair<int64_t, int64_t>> blocks;
+using RowBlocks = std::vector<std::pair<int64_t, int64_t>>;
+
+inline RowBlocks row_blocks(int64_t m_size) {
+  RowBlocks blocks;
   int64_t m = 0;
   for (; m_size - m >= kPanelRowsMax; m += kPanelRowsMax) {
     if (m_size - m == kPanelRowsMax + 1 || m_size - m == kPanelRowsMax + 2) break;
@@ -51,6 +53,14 @@ inline std::vector<std::pair<int64_t, int64_t>> row_blocks(int64_t m_size) {
 inline void split_bf16(__m256i raw, __m256& even, __m256& odd) {
   even = _mm256_castsi256_ps(_mm256_slli_epi32(raw, 16));
   odd = _mm256_castsi256_ps(_mm256_and_si256(raw, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+}
+
+// count (<= 16) bfloat16 at src in one 256-bit register, zero past count (the zero-padded end of a row)
+inline __m256i load_chunk(const uint16_t* src, int64_t count) {
+  if (count >= kChunk) return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
+  alignas(32) uint16_t buf[kChunk] = {};
+  if (count > 0) std::memcpy(buf, src, static_cast<size_t>(count) * sizeof(uint16_t));
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
 }
 
 // 8 float32 vectors (rows) -> their transpose: out[l] holds lane l of v[0], ..., v[7].
@@ -73,12 +83,12 @@ inline void transpose8(const __m256* v, __m256* out) {
   out[7] = _mm256_permute2f128_ps(b3, b7, 0x31);
 }
 
-// x [M, K] bfloat16 -> blocks of 6 rows (the last one R <= 6 rows), each [8 lanes][t_size][R] float32: lane
-// l's operands in chain order (zero past K), a step's R rows side by side (one line for the block's
-// broadcasts, and no rows a multiple of 4 KiB apart competing for one set of L1).
-inline void lane_rows(const uint16_t* x, int64_t m_size, int64_t k_size, int64_t kp, float* xl) {
-  const int64_t t_size = kp / kLanes, full = k_size / kChunk, chunks = kp / kChunk;
-  const auto blocks = row_blocks(m_size);
+// x [M, K] bfloat16 -> the blocks of row_blocks(M), a block of R rows [8 lanes][t_size][R] float32: lane l's
+// operands in chain order (zero past K), a step's R rows side by side (one line for the block's broadcasts,
+// and no rows a multiple of 4 KiB apart competing for one set of L1).
+inline void lane_rows(const uint16_t* x, int64_t m_size, int64_t k_size, int64_t kp, const RowBlocks& blocks,
+                      float* xl) {
+  const int64_t t_size = kp / kLanes, chunks = kp / kChunk;
   const int64_t count = static_cast<int64_t>(blocks.size());
   const __m256i six = _mm256_setr_epi32(-1, -1, -1, -1, -1, -1, 0, 0);
 #pragma omp parallel for schedule(static) num_threads(at::get_num_threads()) if (m_size * kp > (1 << 16))
@@ -87,19 +97,10 @@ inline void lane_rows(const uint16_t* x, int64_t m_size, int64_t k_size, int64_t
     float* dst = xl + m0 * kp;
     for (int64_t j = 0; j < chunks; ++j) {
       __m256 even[8], odd[8];
-      for (int64_t r = 0; r < 8; ++r) {
-        __m256i raw = _mm256_setzero_si256();
-        if (r < rows && j < full) {
-          raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + (m0 + r) * k_size + j * kChunk));
-        } else if (r < rows) {  // the last chunk, zero-padded
-          alignas(32) uint16_t buf[kChunk] = {};
-          std::memcpy(buf, x + (m0 + r) * k_size + j * kChunk,
-                      static_cast<size_t>(k_size - j * kChunk) * sizeof(uint16_t));
-          raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-        }
-        split_bf16(raw, even[r], odd[r]);
-      }
-      __m256 lanes[2][8];  // [e][l]: lane l's step 2j + e for rows 0-7 (6 and 7 are zeros)
+      for (int64_t r = 0; r < 8; ++r)  // rows past the block: zeros
+        split_bf16(load_chunk(x + (m0 + r) * k_size + j * kChunk, r < rows ? k_size - j * kChunk : 0), even[r],
+                   odd[r]);
+      __m256 lanes[2][8];  // [e][l]: lane l's step 2j + e for rows 0-7 (those past the block are zeros)
       transpose8(even, lanes[0]);
       transpose8(odd, lanes[1]);
       for (int64_t l = 0; l < kLanes; ++l)
@@ -169,15 +170,15 @@ inline void panel_block(const W* wl, const float* xl, int64_t kp, float* y, int6
   }
 }
 
-// Every row of xl against a tile's panels, block by block of row_blocks over each panel (a block's x stays
-// in L1 across the panels, the panels in L2 across the blocks). Meanwhile the next tile's pf_bytes of weights
-// at pf are prefetched, a share in every lane of every block, so that they come from memory while this one
-// computes.
+// Every row of xl against a tile's panels, block by block of `blocks` (row_blocks(M), as lane_rows laid x
+// out) over each panel (a block's x stays in L1 across the panels, the panels in L2 across the blocks).
+// Meanwhile the next tile's pf_bytes of weights at pf are prefetched, a share in every lane of every block, so
+// that they come from memory while this one computes.
 template <typename W>
-inline void panel_tile(const W* wl, const float* xl, int64_t m_size, int64_t kp, float* y, int64_t ldy, int64_t cols,
-                const char* pf, int64_t pf_bytes) {
+inline void panel_tile(const W* wl, const float* xl, const RowBlocks& blocks, int64_t kp, float* y, int64_t ldy,
+                       int64_t cols, const char* pf, int64_t pf_bytes) {
   const int64_t panels = (cols + kPanel - 1) / kPanel, panel_size = kp * kPanel;
-  const int64_t calls = static_cast<int64_t>(row_blocks(m_size).size()) * panels;
+  const int64_t calls = static_cast<int64_t>(blocks.size()) * panels;
   const int64_t lines = pf ? (pf_bytes + 63) / 64 : 0, per_call = (lines + calls - 1) / calls;
   int64_t line = 0;
   const auto rows = [&](auto one, int64_t m) {
@@ -189,7 +190,7 @@ inline void panel_tile(const W* wl, const float* xl, int64_t m_size, int64_t kp,
       line = stop;
     }
   };
-  for (const auto& [m, size] : row_blocks(m_size)) {
+  for (const auto& [m, size] : blocks) {
     switch (size) {
       case 6: rows(std::integral_constant<int, 6>{}, m); break;
       case 5: rows(std::integral_constant<int, 5>{}, m); break;

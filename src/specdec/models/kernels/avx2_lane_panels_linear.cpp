@@ -42,11 +42,12 @@ at::Tensor packed_rows(const at::Tensor& x, int64_t n_size, const at::Tensor& pa
   float* xlp = xl.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   const auto* pp = reinterpret_cast<const uint16_t*>(packed.data_ptr<at::BFloat16>());
-  lane_rows(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()), m_size, k_size, kp, xlp);
+  const RowBlocks blocks = row_blocks(m_size);
+  lane_rows(reinterpret_cast<const uint16_t*>(x.data_ptr<at::BFloat16>()), m_size, k_size, kp, blocks, xlp);
   const int64_t panel_size = kp * kPanel;
   over_tiles(n_size, [&](int64_t n0, int64_t cols, int64_t next_n0, int64_t next_cols) {
     const int64_t next_panels = (next_cols + kPanel - 1) / kPanel;
-    panel_tile(pp + n0 / kPanel * panel_size, xlp, m_size, kp, yp + n0, n_size, cols,
+    panel_tile(pp + n0 / kPanel * panel_size, xlp, blocks, kp, yp + n0, n_size, cols,
                reinterpret_cast<const char*>(pp + next_n0 / kPanel * panel_size),
                next_panels * panel_size * static_cast<int64_t>(sizeof(uint16_t)));
   });

@@ -97,11 +97,7 @@ inline void dot_block(const uint16_t* w, int64_t k_size, const float* x, int64_t
   if (full * kChunk < k_size) {  // last chunk, zero-padded (x is padded already)
     const int64_t k = full * kChunk, rest = k_size - k;
     __m256 we[C], wo[C];
-    for (int c = 0; c < C; ++c) {
-      alignas(32) uint16_t buf[kChunk] = {};
-      std::memcpy(buf, w + c * k_size + k, rest * sizeof(uint16_t));
-      split_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), we[c], wo[c]);
-    }
+    for (int c = 0; c < C; ++c) split_bf16(load_chunk(w + c * k_size + k, rest), we[c], wo[c]);
     for (int r = 0; r < R; ++r) {
       const __m256 xe = _mm256_loadu_ps(x + r * kp + k), xo = _mm256_loadu_ps(x + r * kp + k + 8);
       for (int c = 0; c < C; ++c) {
@@ -193,9 +189,7 @@ void convert_rows(const uint16_t* x, int64_t m_size, int64_t k_size, float* xf, 
       _mm256_storeu_ps(dst + j * kChunk + 8, odd);
     }
     if (full * kChunk < k_size) {
-      alignas(32) uint16_t buf[kChunk] = {};
-      std::memcpy(buf, src + full * kChunk, (k_size - full * kChunk) * sizeof(uint16_t));
-      split_bf16(_mm256_load_si256(reinterpret_cast<const __m256i*>(buf)), even, odd);
+      split_bf16(load_chunk(src + full * kChunk, k_size - full * kChunk), even, odd);
       _mm256_storeu_ps(dst + full * kChunk, even);
       _mm256_storeu_ps(dst + full * kChunk + 8, odd);
     }
@@ -206,23 +200,14 @@ void convert_rows(const uint16_t* x, int64_t m_size, int64_t k_size, float* xf, 
 // past k_size and past cols (those columns are computed and dropped). Per chunk of 16 along K and 8 columns:
 // the even and the odd halves of 8 rows (split_bf16), each transposed so that a lane's 8 columns are one store.
 void lane_panels(const uint16_t* w, int64_t cols, int64_t k_size, int64_t kp, float* wl) {
-  const int64_t t_size = kp / kLanes, full = k_size / kChunk;
+  const int64_t t_size = kp / kLanes;
   for (int64_t n0 = 0; n0 < cols; n0 += 8) {
     float* dst = wl + (n0 / kPanel) * kLanes * t_size * kPanel + n0 % kPanel;
     for (int64_t j = 0; j < kp / kChunk; ++j) {
       __m256 even[8], odd[8], out[8];
-      for (int64_t c = 0; c < 8; ++c) {
-        const uint16_t* src = w + (n0 + c) * k_size + j * kChunk;
-        __m256i raw = _mm256_setzero_si256();
-        if (n0 + c < cols && j < full) {
-          raw = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(src));
-        } else if (n0 + c < cols) {  // the last chunk, zero-padded
-          alignas(32) uint16_t buf[kChunk] = {};
-          std::memcpy(buf, src, static_cast<size_t>(k_size - j * kChunk) * sizeof(uint16_t));
-          raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(buf));
-        }
-        split_bf16(raw, even[c], odd[c]);
-      }
+      for (int64_t c = 0; c < 8; ++c)  // columns past the tile: zeros
+        split_bf16(load_chunk(w + (n0 + c) * k_size + j * kChunk, n0 + c < cols ? k_size - j * kChunk : 0), even[c],
+                   odd[c]);
       transpose8(even, out);
       for (int64_t l = 0; l < kLanes; ++l) _mm256_store_ps(dst + (l * t_size + 2 * j) * kPanel, out[l]);
       transpose8(odd, out);
@@ -242,14 +227,14 @@ constexpr int64_t kPanelRows = 96;
 
 // rows_linear for m_size >= kPanelRows, x already in lane_rows' layout (xl): each tile of panels is converted
 // once into this thread's buffer, which stays in L2 while every row passes over it.
-void panel_linear(const uint16_t* w, int64_t n_size, int64_t k_size, const float* xl, int64_t m_size, int64_t kp,
-                  float* y) {
+void panel_linear(const uint16_t* w, int64_t n_size, int64_t k_size, const float* xl, const RowBlocks& blocks,
+                  int64_t kp, float* y) {
   over_tiles(n_size, [&](int64_t n0, int64_t cols, int64_t next_n0, int64_t next_cols) {
     thread_local std::vector<float> panel_buffer;
     panel_buffer.resize(static_cast<size_t>(3 * kPanel * kp) + 8);
     float* wl = reinterpret_cast<float*>((reinterpret_cast<uintptr_t>(panel_buffer.data()) + 31) & ~uintptr_t(31));
     lane_panels(w + n0 * k_size, cols, k_size, kp, wl);
-    panel_tile(wl, xl, m_size, kp, y + n0, n_size, cols, reinterpret_cast<const char*>(w + next_n0 * k_size),
+    panel_tile(wl, xl, blocks, kp, y + n0, n_size, cols, reinterpret_cast<const char*>(w + next_n0 * k_size),
                next_cols * k_size * static_cast<int64_t>(sizeof(uint16_t)));
   });
 }
@@ -272,8 +257,9 @@ at::Tensor rows_linear(at::Tensor x, at::Tensor w) {
   float* xfp = xf.data_ptr<float>();
   float* yp = y.data_ptr<float>();
   if (m_size >= kPanelRows) {  // xf holds x in lane_rows' layout instead
-    lane_rows(xp, m_size, k_size, kp, xfp);
-    panel_linear(wp, n_size, k_size, xfp, m_size, kp, yp);
+    const RowBlocks blocks = row_blocks(m_size);
+    lane_rows(xp, m_size, k_size, kp, blocks, xfp);
+    panel_linear(wp, n_size, k_size, xfp, blocks, kp, yp);
     return y;
   }
   convert_rows(xp, m_size, k_size, xfp, kp);
