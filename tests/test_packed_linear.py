@@ -1,6 +1,7 @@
-"""Weights packed once (fast_linear.pack_weight) in the AMX tile layout (kernels/amx_packed_linear.cpp) or, on
-AVX2 CPUs, in lane panels (kernels/avx2_lane_panels_linear.cpp): the bits of the dense kernel for every shape,
-tail and row count, and a packed copy that is never used once its weight has changed."""
+"""Weights packed once (fast_linear.pack_weight) in the AMX tile layout (kernels/amx_packed_linear.cpp), on
+AVX512-BF16 CPUs in 16-column panels (kernels/bf16_packed_linear.cpp) or, on AVX2 CPUs, in lane panels
+(kernels/avx2_lane_panels_linear.cpp): the bits of the dense kernel for every shape, tail and row count, and a
+packed copy that is never used once its weight has changed."""
 
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from specdec.models import fast_linear
 
 amx = pytest.mark.skipif(fast_linear.kernel_isa() != "amx", reason="the AMX kernels' packing")
 lanes = pytest.mark.skipif(fast_linear.kernel_isa() != "avx2", reason="the AVX2 kernels' packing")
-packs = pytest.mark.skipif(fast_linear.kernel_isa() not in ("amx", "avx2"), reason="no packed weights here")
+panels = pytest.mark.skipif(fast_linear.kernel_isa() != "avx512_bf16", reason="the AVX512-BF16 kernels' packing")
+packs = pytest.mark.skipif(fast_linear.kernel_isa() is None, reason="no packed weights here")
 
 
 @amx
@@ -61,6 +63,45 @@ def test_lane_panels_are_used_and_their_layout_is_the_documented_one() -> None:
     x = torch.randn(5, k).bfloat16()
     assert not torch.equal(kern.lane_panel_linear(x, w, other), kern.rows_linear(x, w))
     assert torch.equal(kern.lane_panel_linear(x[:4], w, other), kern.rows_linear(x[:4], w))  # 4 rows: w itself
+
+
+@panels
+@pytest.mark.parametrize("k,n", [(640, 1536), (64, 70), (100, 33), (2048, 97), (7, 24), (33, 17), (1, 5)])
+@pytest.mark.parametrize("m", [1, 2, 3, 5, 6, 7, 12, 13, 64, 150])  # blocks of 6 rows and their tails
+def test_bf16_panels_give_the_dense_kernels_bits(m: int, k: int, n: int) -> None:
+    """The dense kernel packs its panels as it goes (bf16_rows_linear.cpp): the same bits as packed once,
+    for each row alone, and within float32 rounding of a float64 product."""
+    kern = fast_linear.kernel()
+    torch.manual_seed(m + k + n)
+    x, w = torch.randn(m, k).bfloat16(), torch.randn(n, k).bfloat16()
+    packed = kern.pack_bf16_panels(w)
+    together = kern.packed_rows_linear(x, packed, n, 0, n)
+    assert torch.equal(together, kern.rows_linear(x, w))
+    alone = torch.cat([kern.rows_linear(x[i : i + 1], w) for i in range(m)])
+    assert torch.equal(alone, together)
+    assert torch.equal(kern.packed_rows_linear(x, packed, n, n // 3, n), together[:, n // 3 :])
+    exact = x.double() @ w.double().T
+    assert ((together.double() - exact).abs() <= 1e-5 * (x.double().abs() @ w.double().abs().T) + 1e-30).all()
+
+
+@panels
+def test_bf16_panels_layout_is_the_documented_one() -> None:
+    """Panel b, pair p holds columns 16b..16b+15's values k = 2p, 2p + 1 (column c at 2c, 2c + 1), zeros past N
+    and K; a packed copy that is not w's gives other numbers (the panels are read, not w)."""
+    kern = fast_linear.kernel()
+    n, k = 20, 37
+    w = torch.arange(n * k, dtype=torch.float32).view(n, k).bfloat16()
+    packed = kern.pack_bf16_panels(w)
+    assert packed.shape == (2, 19, 32)
+    for c in (0, 5, 15, 16, 19):
+        for kk in (0, 3, 17, 36):
+            assert packed[c // 16, kk // 2, 2 * (c % 16) + kk % 2] == w[c, kk]
+    assert packed[1, :, 8:].eq(0).all() and packed[:, 18, 1::2].eq(0).all()  # columns past 20, k = 37
+    x = torch.randn(3, k).bfloat16()
+    other = kern.pack_bf16_panels(torch.randn(n, k).bfloat16())
+    assert not torch.equal(kern.packed_rows_linear(x, other, n, 0, n), kern.rows_linear(x, w))
+    with pytest.raises(RuntimeError, match="pack_bf16_panels"):
+        kern.packed_rows_linear(torch.randn(2, 40).bfloat16(), packed, n, 0, n)
 
 
 @lanes

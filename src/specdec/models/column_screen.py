@@ -7,7 +7,8 @@ bytes) and returns, per row, the columns whose proven upper bound reaches the ro
 are scored with the head's own row kernel (`rows_linear`, as `Decoder.logits` scores token ids: every logit
 the same number as the whole head gives), and the first maximum among them, in column order, is the whole
 slice's: the same token and value as scoring every column. Its integer products grow with the rows while the
-read does not, so calls of more than MAX_ROWS rows score the head as before.
+read does not, so calls of more than MAX_ROWS rows score the head as before; PACKED_MAX_ROWS for a head packed
+for the AVX512-BF16 kernels (packed_head.py), whose wide products overtake the screen's sooner.
 """
 
 from __future__ import annotations
@@ -22,6 +23,10 @@ from specdec.models.greedy_argmax import head_copy
 # hidden states, screened_max took 10 / 11 / 27 / 40 / 51 / 102 ms at 1 / 2 / 8 / 12 / 16 / 32 rows against the
 # bf16 head's 23 / 25 / 50 / 69 / 84 / 144 ms (its integer products share each weight load across 8 rows)
 MAX_ROWS = 32
+# Rows up to which a packed head is screened: on a 2-core Zen 4 (AVX512-BF16, the screen's products on VNNI), on
+# Gemma 3's head and its own hidden states, screened_max took 6.4 / 6.5 / 7.3 / 9.3 / 15.4 ms at 1 / 4 / 6 / 8 /
+# 10 rows against the packed head's 11.3 / 10.8 / 11.1 / 12.8 / 14.1 ms
+PACKED_MAX_ROWS = 8
 
 # head weight -> ((its _version and data_ptr when copied), int8_head_tiles' parts or None)
 _COPIES: WeakIdKeyDictionary = WeakIdKeyDictionary()
@@ -41,13 +46,13 @@ def screened_max_call(*args: object) -> list[torch.Tensor]:
     return fast_linear.kernel().screened_max(*args)
 
 
-def screened_max(hidden: torch.Tensor, head: torch.Tensor,
-                 columns: slice) -> tuple[torch.Tensor, torch.Tensor] | None:
+def screened_max(hidden: torch.Tensor, head: torch.Tensor, columns: slice,
+                 most_rows: int = MAX_ROWS) -> tuple[torch.Tensor, torch.Tensor] | None:
     """(values [n] float32, indices [n] int64 within `columns`): each row's greedy_argmax over the head's
     logits in `columns` (a contiguous slice) and the logit there, where the screen applies; else None. The
     candidates are scored by the head's own row kernel (`rows_linear`, as `Decoder.logits` scores token ids),
-    all in one C++ call (kernels/screened_head_max.cpp)."""
-    if hidden.dtype != torch.bfloat16 or hidden.dim() != 2 or not 1 <= hidden.shape[0] <= MAX_ROWS:
+    all in one C++ call (kernels/screened_head_max.cpp). Calls of more than `most_rows` rows get None."""
+    if hidden.dtype != torch.bfloat16 or hidden.dim() != 2 or not 1 <= hidden.shape[0] <= most_rows:
         return None
     start, stop, step = columns.indices(head.shape[0])
     if step != 1 or stop <= start:

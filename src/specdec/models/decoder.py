@@ -22,7 +22,7 @@ from specdec.models.architecture import Architecture
 from specdec.models import fast_linear
 from specdec.models.fast_linear import linear, linear_float
 from specdec.models.gated_activation import gated_activation
-from specdec.models.column_screen import column_screen, screened_max
+from specdec.models.column_screen import MAX_ROWS, PACKED_MAX_ROWS, column_screen, screened_max
 from specdec.models.greedy_argmax import fused_greedy_argmax, greedy_argmax, head_screen
 from specdec.models.kv_cache import KVCache
 from specdec.models.packed_head import PackedHead
@@ -434,9 +434,7 @@ class Decoder(nn.Module):
             return None
         if self.quantized_head is not None:
             return self.quantized_head.max_columns(hidden, columns)
-        if self.packed_head is not None:
-            return None
-        return screened_max(hidden, self.head_weight(), columns)
+        return screened_max(hidden, self.head_weight(), columns, self._screened_rows)
 
     @property
     def screens_head(self) -> bool:
@@ -452,14 +450,17 @@ class Decoder(nn.Module):
             return None
         if self.quantized_head is not None:  # as logits() picks its runner
             return self.quantized_head.greedy_rows(hidden)
-        if self.packed_head is not None:
-            return None
         head = self.head_weight()
         fused = fused_greedy_argmax(hidden, head)
         if fused is not None:
             return fused
-        found = screened_max(hidden, head, slice(0, head.shape[0]))
+        found = screened_max(hidden, head, slice(0, head.shape[0]), self._screened_rows)
         return None if found is None else found[1]
+
+    @property
+    def _screened_rows(self) -> int:
+        """The most rows the int8 screen takes (column_screen.py): fewer where the head is packed."""
+        return PACKED_MAX_ROWS if self.packed_head is not None else MAX_ROWS
 
     def forward(
         self,
@@ -550,10 +551,10 @@ class Decoder(nn.Module):
             self.packed_head = None
         elif self.packed_head is None or not self.packed_head.packs(head):  # loading prepares twice: pack once
             self.packed_head = PackedHead.build(head)
-        if self.quantized_head is None and self.packed_head is None and not self.arch.final_logit_softcap:
+        if self.quantized_head is None and not self.arch.final_logit_softcap:
             # the greedy head's int8 copy (with AMX-INT8 greedy_argmax.head_screen's, else column_screen's), made
             # at load rather than in the first step
-            if head_screen(head) is None:
+            if self.packed_head is not None or head_screen(head) is None:
                 column_screen(head)
         self.__dict__["_truncated"] = {}  # clones hold derived tensors: made anew after a change
         return self

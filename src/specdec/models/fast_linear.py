@@ -7,9 +7,9 @@ differently from its multi-row path, and where torch's bfloat16 GEMMs happen to 
 very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
 output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
 the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile
-multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp (and the LM head in
-bf16_packed_linear.cpp, see packed_head.py);
-on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
+multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp and, on
+weights packed once (the layers' copies and the LM head, packed_head.py), bf16_packed_linear.cpp, with the same
+bits (each output one VDPBF16PS chain over k, kernels/bf16_panels.h); on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
 scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span; on the AMX
 build the scores and probs x values themselves on tiles, amx_qk_scores.cpp and amx_probs_values.cpp, for head dims
 that are multiples of 32) and the argmax of logit rows (`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
@@ -63,10 +63,11 @@ _BUILDS = {
                                                  "amx_probs_values.cpp",
                                                  *_AVX2_SHARED],
             [*_AVX2_FLAGS, "-DSPECDEC_AMX"]),
-    # likewise bf16_rows_linear.cpp (AVX512-BF16 linears) and bf16_packed_linear.cpp (the LM head, packed_head.py)
+    # likewise bf16_rows_linear.cpp and bf16_packed_linear.cpp (AVX512-BF16 linears, packed_head.py), and the
+    # head's int8 screen on AVX512-VNNI (SPECDEC_SCREEN_VNNI)
     "avx512_bf16": ("specdec_cpu_kernels_avx512bf16",
                     ["avx2_module.cpp", "bf16_rows_linear.cpp", "bf16_packed_linear.cpp", *_AVX2_SHARED],
-                    [*_AVX2_FLAGS, "-DSPECDEC_PACKED_HEAD"]),
+                    [*_AVX2_FLAGS, "-DSPECDEC_PACKED_HEAD", "-DSPECDEC_SCREEN_VNNI"]),
     # avx2_lane_panels_linear.cpp: a second copy of the layers' weights for 5 rows and more (pack_weight)
     "avx2": ("specdec_cpu_kernels_avx2", ["avx2_module.cpp", "avx2_rows_linear.cpp", "avx2_lane_panels_linear.cpp",
                                          *_AVX2_SHARED],
@@ -80,10 +81,17 @@ def _isas() -> list[str]:
     found = []
     if {"amx_bf16", "amx_tile", "avx512f", "avx2", "fma"} <= flags and os.environ.get("SPECDEC_NO_AMX") != "1":
         found.append("amx")
-    if {"avx512_bf16", "avx512bw", "avx512vl"} <= flags:
+    if {"avx512_bf16", "avx512bw", "avx512vl", "avx512_vnni"} <= flags:
         found.append("avx512_bf16")
     if {"avx2", "fma"} <= flags:
         found.append("avx2")
+    chosen = os.environ.get("SPECDEC_BF16_KERNELS")  # one build by name (comparing builds on one CPU)
+    if chosen:
+        if chosen not in _BUILDS:
+            raise ValueError(f"SPECDEC_BF16_KERNELS={chosen!r}: expected one of {', '.join(_BUILDS)}")
+        if chosen not in found:
+            raise ValueError(f"SPECDEC_BF16_KERNELS={chosen!r}: this CPU runs only {', '.join(found) or 'none'}")
+        found = [chosen]
     return found
 
 
@@ -112,7 +120,7 @@ def kernel_isa() -> str | None:
 def kernel() -> Any | None:
     """The compiled kernel module, or None (no AVX2 + FMA, no compiler, or SPECDEC_NO_KERNELS=1). Every
     build has rows_linear, probs_values, qk_scores and attention_batch.
-    SPECDEC_NO_AMX=1 skips the AMX build."""
+    SPECDEC_NO_AMX=1 skips the AMX build; SPECDEC_BF16_KERNELS=avx2 (or avx512_bf16, amx) picks one build."""
     return _built()[1]
 
 
@@ -152,13 +160,15 @@ _PACKED: WeakIdKeyDictionary = WeakIdKeyDictionary()
 
 def pack_weight(weight: torch.Tensor) -> bool:
     """Keeps a copy of a bfloat16 CPU weight [N, K] beside it in a layout of the kernels that computes the same
-    bits faster for several rows: the AMX tiles (kernels/amx_packed_linear.cpp, every row count) or, on AVX2
+    bits faster: the AMX tiles (kernels/amx_packed_linear.cpp, every row count), on AVX512-BF16 CPUs the 16-column
+    panels (kernels/bf16_packed_linear.cpp, every row count: the dense kernel packs them as it goes) or, on AVX2
     CPUs, the lane panels (kernels/avx2_lane_panels_linear.cpp, 5 rows and more: verification and batches).
     `linear` then uses it for as long as the weight is unchanged (an in-place change or a new storage drops
     back to the dense path). False where there is no such kernel. Costs the weight's size once more in memory,
     so the decoder packs its layers' linears and not the embedding-sized LM head."""
     k = kernel()
-    pack = getattr(k, "amx_pack_weight", None) or getattr(k, "lane_panel_pack", None)
+    pack = (getattr(k, "amx_pack_weight", None) or getattr(k, "pack_bf16_panels", None)
+            or getattr(k, "lane_panel_pack", None))
     if (pack is None or weight.dtype != torch.bfloat16 or weight.device.type != "cpu" or weight.dim() != 2
             or weight.numel() == 0):
         return False
@@ -179,6 +189,8 @@ def _packed_rows(k: Any, x: torch.Tensor, weight: torch.Tensor, packed: torch.Te
     """float32 x @ weight.T through weight's packed copy (pack_weight): the bits of k.rows_linear(x, weight)."""
     if hasattr(k, "amx_packed_linear"):
         return k.amx_packed_linear(x, packed, weight.shape[0], False)
+    if hasattr(k, "packed_rows_linear"):
+        return k.packed_rows_linear(x, packed, weight.shape[0], 0, weight.shape[0])
     return k.lane_panel_linear(x, weight, packed)
 
 
@@ -192,8 +204,10 @@ def layer_linear_arguments(weights: list[torch.Tensor]) -> tuple[int, list[torch
     copies = [packed_copy(w) for w in weights]
     empty = torch.empty(0)
     if all(c is not None for c in copies):
-        if hasattr(k, "amx_packed_layer_linear_address"):  # the AMX tiles alone
-            return int(k.amx_packed_layer_linear_address()), [t for c in copies for t in (c, empty, empty, empty)]
+        # the AMX tiles or the AVX512-BF16 panels alone
+        alone = getattr(k, "amx_packed_layer_linear_address", None) or getattr(k, "bf16_packed_layer_linear_address", None)
+        if alone is not None:
+            return int(alone()), [t for c in copies for t in (c, empty, empty, empty)]
         if hasattr(k, "lane_panel_layer_linear_address"):  # the weight (fewer than 5 rows) and its lane panels
             address = int(k.lane_panel_layer_linear_address())
             return address, [t for w, c in zip(weights, copies) for t in (w, c, empty, empty)]

@@ -1,14 +1,14 @@
 """The LM head's bfloat16 weight packed in 16-column panels, for the AVX512-BF16 kernels
 (kernels/bf16_packed_linear.cpp).
 
-At a batch's decode step the LM head is most of the arithmetic (262,144 x 640 for Gemma 3 270M, 16-32 rows):
-the packed kernel keeps every output column in one float32 lane, which ran that head about 1.5-1.7x faster
-than the row kernel here, and at one row no slower. The packed copy costs the head's size once more in memory
-(the embedding keeps the dense rows: token lookup and the drafters read them).
+At a batch's decode step the LM head is most of the arithmetic (262,144 x 640 for Gemma 3 270M, 16-32 rows).
+The dense kernel (bf16_rows_linear.cpp) gives the same bits but packs the panels as it goes; packed once, the
+head skips that work on every call. The packed copy costs the head's size once more in memory (the embedding
+keeps the dense rows: token lookup, the drafters and the greedy head's int8 screen read them).
 
 Each logit is the same chain of VDPBF16PS steps over k wherever its column sits, so any slice or any set of
-token ids scores exactly what the whole head gives (greedy early exit relies on it), and no row depends on
-how many rows share the call.
+token ids scores exactly what the whole head gives (greedy early exit and column_screen.py rely on it), and no
+row depends on how many rows share the call.
 """
 
 from __future__ import annotations

@@ -25,6 +25,7 @@ int64_t lane_panel_layer_linear_address();
 #ifdef SPECDEC_PACKED_HEAD
 at::Tensor pack_bf16_panels(at::Tensor w);
 at::Tensor packed_rows_linear(at::Tensor x, at::Tensor packed, int64_t n_size, int64_t start, int64_t stop);
+int64_t bf16_packed_layer_linear_address();
 #endif
 at::Tensor probs_values(at::Tensor probs, at::Tensor values, at::Tensor order, int64_t tokens);
 at::Tensor qk_scores(at::Tensor q, at::Tensor keys_t);
@@ -94,6 +95,8 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, m) {
   m.def("pack_bf16_panels", &pack_bf16_panels, "a bfloat16 weight [N, K] in 16-column panels of k pairs");
   m.def("packed_rows_linear", &packed_rows_linear, "float32 x @ w.T over columns [start, stop) of a packed w, "
         "row-independent");
+  m.def("bf16_packed_layer_linear_address", &bf16_packed_layer_linear_address, "packed_rows_linear with "
+        "quant_linear's signature, as a function address for the one-call layers");
 #endif
   m.def("int8_head_tiles", &int8_head_tiles, "an LM head [V, K] as int8 tiles of 8 columns with the factors of "
         "screened_columns' bound: (q, scale, c1, c2), or () when it has a non-finite value");
