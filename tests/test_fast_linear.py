@@ -172,3 +172,21 @@ def test_amx_bfloat16_output_is_the_float32_output_rounded_by_torch(rows, k, n):
     assert torch.equal(fast_linear.linear(x, w), rounded)
     for i in range(0, rows, 37):
         assert torch.equal(kern.rows_linear(x[i : i + 1], w), together[i : i + 1]), i
+
+
+def test_one_build_can_be_picked_by_name(monkeypatch):
+    """SPECDEC_BF16_KERNELS names one build (comparing builds on one CPU); a name that is no build, or that this
+    CPU cannot run, is refused with the ones it can."""
+    runnable = fast_linear._isas()
+    if not runnable:
+        pytest.skip("no bf16 kernels on this CPU")
+    monkeypatch.setenv("SPECDEC_BF16_KERNELS", runnable[-1])
+    assert fast_linear._isas() == [runnable[-1]]
+    monkeypatch.setenv("SPECDEC_BF16_KERNELS", "avx1024")
+    with pytest.raises(ValueError, match="expected one of amx, avx512_bf16, avx2"):
+        fast_linear._isas()
+    missing = [isa for isa in fast_linear._BUILDS if isa not in runnable]
+    if missing:
+        monkeypatch.setenv("SPECDEC_BF16_KERNELS", missing[0])
+        with pytest.raises(ValueError, match="this CPU runs only"):
+            fast_linear._isas()

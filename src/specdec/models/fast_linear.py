@@ -6,13 +6,14 @@ either way. No library promises that for bfloat16 on CPU: oneDNN's single-row (G
 differently from its multi-row path, and where torch's bfloat16 GEMMs happen to be row-invariant they are
 very slow. So we write our own kernels (kernels/, built once on first use with the C++ compiler): every
 output element is one dot product accumulated in float32 in a fixed order, whatever the number of rows,
-the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile
-multiplies: many rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp and, on
-weights packed once (the layers' copies and the LM head, packed_head.py), bf16_packed_linear.cpp, with the same
-bits (each output one VDPBF16PS chain over k, kernels/bf16_panels.h); on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build runs attention on avx2_*.cpp (the attention
-scores, `qk_scores`, probs x values, and a batch's attention in one call, each row over its own span; on the AMX
-build the scores and probs x values themselves on tiles, amx_qk_scores.cpp and amx_probs_values.cpp, for head dims
-that are multiples of 32) and the argmax of logit rows (`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
+the blocking or the threads. On CPUs with AMX-BF16 the linears are amx_rows_linear.cpp (tile multiplies: many
+rows cost about what one row costs); on CPUs with AVX512-BF16, bf16_rows_linear.cpp and, on weights packed once
+(the layers' copies and the LM head, packed_head.py), bf16_packed_linear.cpp, with the same bits (each output
+one VDPBF16PS chain over k, kernels/bf16_panels.h); on CPUs with AVX2 + FMA, avx2_rows_linear.cpp. Every build
+runs attention on avx2_*.cpp (the attention scores, `qk_scores`, probs x values, and a batch's attention in one
+call, each row over its own span; on the AMX build the scores and probs x values themselves on tiles,
+amx_qk_scores.cpp and amx_probs_values.cpp, for head dims that are multiples of 32) and the argmax of logit rows
+(`rows_argmax`). When a kernel exists, every bfloat16 CPU call goes through it, whatever its number of rows
 (prefill chunks included), so a row's bits never depend on M. Elsewhere F.linear is used, a single row
 run as two (the GEMV/GEMM rounding difference). SPECDEC_NO_KERNELS=1 disables the kernels.
 """
@@ -205,7 +206,8 @@ def layer_linear_arguments(weights: list[torch.Tensor]) -> tuple[int, list[torch
     empty = torch.empty(0)
     if all(c is not None for c in copies):
         # the AMX tiles or the AVX512-BF16 panels alone
-        alone = getattr(k, "amx_packed_layer_linear_address", None) or getattr(k, "bf16_packed_layer_linear_address", None)
+        alone = (getattr(k, "amx_packed_layer_linear_address", None)
+                 or getattr(k, "bf16_packed_layer_linear_address", None))
         if alone is not None:
             return int(alone()), [t for c in copies for t in (c, empty, empty, empty)]
         if hasattr(k, "lane_panel_layer_linear_address"):  # the weight (fewer than 5 rows) and its lane panels

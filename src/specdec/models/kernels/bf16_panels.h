@@ -133,7 +133,8 @@ inline void group(const uint16_t* x, int64_t m_size, int64_t k_size, const uint1
     rows<C>(x, m_size, k_size, w, pairs, panel, y, ldy, mask);
     return;
   }
-  for (int64_t c = 0; c < count; ++c) rows<1>(x, m_size, k_size, w + c * panel, pairs, panel, y + c * kLanes, ldy, mask + c);
+  for (int64_t c = 0; c < count; ++c)
+    rows<1>(x, m_size, k_size, w + c * panel, pairs, panel, y + c * kLanes, ldy, mask + c);
 }
 
 }  // namespace specdec_bf16_panels
